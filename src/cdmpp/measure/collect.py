@@ -1,0 +1,266 @@
+"""`cdmpp collect`: sample, build and time programs of catalog tasks into a TVM JSON database.
+
+The output directory holds:
+  database_workload.json, database_tuning_record.json   TVM's JSONDatabase (loads in TVM)
+  cdmpp_measurements.jsonl   one line per record: passes, reference-kernel ratios, provenance
+  failures.jsonl             programs that failed to build or run, with the error
+  candidates/<task>.json     the sampled programs, persisted before anything is measured
+  measured_modules/          modules whose stored trace does not replay to what was measured
+  tasks.json, device.json, manifest.json
+
+Resumable: every finished program is a fsynced line; a rerun skips what is done (measured or
+failed) and re-times only the batch that was interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cdmpp.device import claim_directory, local_device
+from cdmpp.measure import tvm_codec
+from cdmpp.measure.build import build_in_child
+from cdmpp.measure.database import write_text_atomic
+from cdmpp.measure.noise import NoiseFloor, noise_floor
+from cdmpp.measure.store import RecordStore
+from cdmpp.measure.timing import Protocol, Timer, random_args
+from cdmpp.programs.catalog import CATALOG_VERSION, Task
+from cdmpp.programs.sampling import Candidate, load_or_sample
+from cdmpp.tvm_env import import_tvm
+
+MANIFEST_FILE = "manifest.json"
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    out: str
+    programs_per_task: int = 32  # random schedules per task (the default program comes on top)
+    threads: int | None = None  # None: every core this process may use
+    time_budget_min: float | None = None
+    build_timeout_s: float = 30.0
+    batch_size: int = 16  # programs timed together in interleaved passes
+    seed: int = 0
+    protocol: Protocol = field(default_factory=Protocol)
+
+
+@dataclass
+class CollectSummary:
+    ok: int = 0
+    failed: int = 0
+    already_done: int = 0
+    seconds: float = 0.0
+    stopped_by_budget: bool = False
+    noise: NoiseFloor | None = None
+    measurements: list = field(default_factory=list, repr=False)
+
+    @property
+    def programs_per_hour(self) -> float:
+        return 3600.0 * (self.ok + self.failed) / self.seconds if self.seconds else 0.0
+
+    def __str__(self) -> str:
+        lines = [f"measured {self.ok} programs, {self.failed} failed, {self.already_done} "
+                 f"already done; {self.seconds:.0f} s, {self.programs_per_hour:.0f} programs/hour"]
+        if self.stopped_by_budget:
+            lines.append("stopped at the time budget: run the same command again to resume")
+        if self.noise is not None:
+            lines.append(str(self.noise))
+        return "\n".join(lines)
+
+
+def set_threads(threads: int) -> None:
+    """Use `threads` worker threads in TVM's runtime (before or after it started)."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    tvm = import_tvm()
+    config = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
+    if config is not None:
+        config(0, threads)  # 0: big-core affinity mode, `threads` workers
+
+
+class _Run:
+    """State of one collection run over one output directory."""
+
+    def __init__(self, config: CollectConfig, tasks: list[Task]):
+        self.config = config
+        self.tasks = tasks
+        self.out = Path(config.out)
+        self.device = local_device(threads=config.threads)
+        claim_directory(self.out, self.device)
+        set_threads(self.device.threads)
+        self.target = self.device.target  # the exact TVM target dict, stored in every record
+        self._candidates: dict[str, list[Candidate]] = {}
+        self._workload_index: dict[str, int] = {}
+        self._workloads: dict[str, object] = {}
+        self.store = RecordStore(self.out, rebuild_record=self._rebuild_record)
+        self.build_dir = self.out / ".build"
+        shutil.rmtree(self.build_dir, ignore_errors=True)  # torn libraries of a killed run
+        self.build_dir.mkdir(parents=True)
+        self.timer: Timer | None = None
+        self.summary = CollectSummary()
+
+    # -- workloads and candidates ------------------------------------------------------------
+    def workload(self, task: Task):
+        if task.name not in self._workloads:
+            tvm = import_tvm()
+            func = task.prim_func().with_attr("global_symbol", "main")
+            self._workloads[task.name] = tvm.IRModule({"main": func})
+        return self._workloads[task.name]
+
+    def workload_index(self, task: Task) -> int:
+        if task.name not in self._workload_index:
+            encoded = tvm_codec.encode_workload(self.workload(task))
+            info = {"name": task.name, "op": task.op, "networks": list(task.networks)}
+            self._workload_index[task.name] = self.store.workload_index(encoded, info)
+        return self._workload_index[task.name]
+
+    def candidates(self, task: Task) -> list[Candidate]:
+        if task.name not in self._candidates:
+            path = self.out / "candidates" / f"{task.name}.json"
+            self._candidates[task.name] = load_or_sample(
+                path, self.workload(task), self.target, self.config.programs_per_task,
+                task=task.name, seed=self.config.seed)
+        return self._candidates[task.name]
+
+    def _task_of(self, key: str) -> Task:
+        name = key.rsplit("/", 1)[0]
+        return next(t for t in self.tasks if t.name == name)
+
+    def record_line(self, task: Task, cand: Candidate, run_secs) -> str:
+        body = [cand.trace_json, list(run_secs), self.target, cand.args_info_json]
+        return json.dumps([self.workload_index(task), body], separators=(",", ":"))
+
+    def _rebuild_record(self, entry: dict) -> str:
+        task = self._task_of(entry["key"])
+        cand = next(c for c in self.candidates(task) if c.key == entry["key"])
+        return self.record_line(task, cand, entry["run_secs"])
+
+    # -- one batch ---------------------------------------------------------------------------
+    def build(self, task: Task, batch: list[Candidate]) -> list[tuple[Candidate, str, float]]:
+        built = []
+        for cand in batch:
+            path = self.build_dir / f"{cand.key.replace('/', '__')}.so"
+            try:
+                mod = cand.module(self.workload(task))
+            except Exception as e:  # noqa: BLE001
+                self.fail(task, cand, "replay", f"{type(e).__name__}: {e}", 0.0)
+                continue
+            result = build_in_child(mod, self.target, path, self.config.build_timeout_s)
+            if result.ok:
+                built.append((cand, result.path, result.build_secs))
+            else:
+                stage = "timeout" if result.error.startswith("timeout") else "build"
+                self.fail(task, cand, stage, result.error, result.build_secs)
+        return built
+
+    def fail(self, task: Task, cand: Candidate, stage: str, error: str, build_secs: float) -> None:
+        self.store.append_failure({"key": cand.key, "task": task.name, "stage": stage,
+                                   "error": error[-2000:], "build_secs": round(build_secs, 3)})
+        self.summary.failed += 1
+
+    def measure(self, task: Task, built, progress) -> None:
+        tvm = import_tvm()
+        if self.timer is None:
+            self.timer = Timer(self.config.protocol, self.target)
+        programs = []
+        for cand, path, _ in built:
+            rt_mod = tvm.runtime.load_module(path)
+            programs.append((cand.key, rt_mod, random_args(cand.args_info_json, self.timer.device)))
+        results = self.timer.measure_batch(programs)
+        for cand, _, build_secs in built:
+            result = results[cand.key]
+            if isinstance(result, Exception):
+                self.fail(task, cand, "run", f"{type(result).__name__}: {result}", build_secs)
+            else:
+                self.commit(task, cand, result, build_secs)
+            progress.update(1)
+            progress.set_postfix(ok=self.summary.ok, failed=self.summary.failed, refresh=False)
+
+    def commit(self, task: Task, cand: Candidate, m, build_secs: float) -> None:
+        module_file = None
+        if cand.measured_module is not None:
+            module_file = f"measured_modules/{cand.key.replace('/', '__')}.json"
+            (self.out / "measured_modules").mkdir(exist_ok=True)
+            write_text_atomic(self.out / module_file, cand.measured_module)
+        entry = {"key": cand.key, "task": task.name, "kind": cand.kind,
+                 "run_secs": list(m.run_secs), "repeats_per_pass": self.config.protocol.repeat,
+                 "ref_ratios": [p.ref_ratio for p in m.passes], "mod_shash": cand.mod_shash,
+                 "replay_ok": cand.replay_ok, "measured_module": module_file,
+                 "build_secs": round(build_secs, 3)}
+        self.store.append(self.record_line(task, cand, m.run_secs), entry)
+        self.summary.ok += 1
+        self.summary.measurements.append(m)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def over_budget(self, start: float) -> bool:
+        budget = self.config.time_budget_min
+        return budget is not None and time.monotonic() - start > 60 * budget
+
+    def run(self, progress_enabled: bool = True) -> CollectSummary:
+        from tqdm import tqdm
+
+        start = time.monotonic()
+        done = self.store.done_keys
+        total = len(self.tasks) * (self.config.programs_per_task + 1)
+        self.summary.already_done = sum(1 for k in done if self._task_name(k) in
+                                        {t.name for t in self.tasks})
+        progress = tqdm(total=max(total - self.summary.already_done, 0), unit="prog",
+                        disable=not progress_enabled, file=sys.stderr, smoothing=0.05)
+        for task in self.tasks:
+            if self.over_budget(start):
+                self.summary.stopped_by_budget = True
+                break
+            todo = [c for c in self.candidates(task) if c.key not in done]
+            progress.set_description(task.name)
+            for i in range(0, len(todo), self.config.batch_size):
+                if self.over_budget(start):
+                    self.summary.stopped_by_budget = True
+                    break
+                batch = todo[i:i + self.config.batch_size]
+                built = self.build(task, batch)
+                progress.update(len(batch) - len(built))
+                if built:
+                    self.measure(task, built, progress)
+                for _, path, _ in built:
+                    Path(path).unlink(missing_ok=True)
+            if self.summary.stopped_by_budget:
+                break
+        progress.close()
+        shutil.rmtree(self.build_dir, ignore_errors=True)
+        self.summary.seconds = time.monotonic() - start
+        self.summary.noise = noise_floor(self.summary.measurements)
+        return self.summary
+
+    @staticmethod
+    def _task_name(key: str) -> str:
+        return key.rsplit("/", 1)[0]
+
+
+def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
+                     started: str, tasks: list[Task], command: str | None) -> None:
+    path = out / MANIFEST_FILE
+    manifest = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    manifest["catalog_version"] = CATALOG_VERSION
+    manifest["runs"].append({
+        "command": command, "started": started,
+        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "tasks": [t.name for t in tasks], "config": asdict(config),
+        "measured": summary.ok, "failed": summary.failed, "seconds": round(summary.seconds, 1),
+        "stopped_by_budget": summary.stopped_by_budget,
+        "noise_floor": summary.noise.to_json() if summary.noise else None,
+    })
+    write_text_atomic(path, json.dumps(manifest, indent=1))
+
+
+def collect(config: CollectConfig, tasks: list[Task], *, progress: bool = True,
+            command: str | None = None) -> CollectSummary:
+    """Measure `config.programs_per_task` sampled programs (+ the default) of each task."""
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    run = _Run(config, tasks)
+    summary = run.run(progress)
+    _append_manifest(Path(config.out), config, summary, started, tasks, command)
+    return summary

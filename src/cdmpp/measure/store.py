@@ -1,0 +1,118 @@
+"""Append-only, crash-safe writer of one database directory (used by the collector).
+
+Every append is one line written with a single `write`, then flushed and fsynced. A `kill -9`
+can leave at most a torn last line, which `RecordStore` cuts off when it opens the directory.
+
+Ordering makes the pair (sidecar line, record line) safe: the sidecar line (the journal, with
+the record's key and timings) is written first, the TVM record line second. If a crash falls
+between the two, reopening rebuilds the missing record line from its journal entry with the
+`rebuild_record` callback, so nothing measured is lost and nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from cdmpp.measure.database import (RECORD_FILE, SIDECAR_FILE, TASKS_FILE, WORKLOAD_FILE,
+                                    write_text_atomic)
+
+FAILURE_FILE = "failures.jsonl"
+_COMPACT = (",", ":")
+
+
+def _repair_tail(path: Path) -> int:
+    """Cut a torn last line (no trailing newline); return how many bytes were cut."""
+    if not path.exists():
+        path.touch()
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return 0
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
+def _read_json_lines(path: Path) -> list:
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.split("\n") if line]
+
+
+def _append_line(path: Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class RecordStore:
+    """The open output directory of a collection run."""
+
+    def __init__(self, path: str | Path, rebuild_record: Callable[[dict], str] | None = None):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.repaired_bytes = sum(_repair_tail(self.path / name) for name in
+                                  (WORKLOAD_FILE, RECORD_FILE, SIDECAR_FILE, FAILURE_FILE))
+        self._workload_index = {json.loads(line)[0]: i for i, line in
+                                enumerate(self._lines(WORKLOAD_FILE))}
+        self.tasks: dict = (json.loads((self.path / TASKS_FILE).read_text())
+                            if (self.path / TASKS_FILE).exists() else {})
+        self.journal: list[dict] = _read_json_lines(self.path / SIDECAR_FILE)
+        self.failures: list[dict] = _read_json_lines(self.path / FAILURE_FILE)
+        self.n_records = len(self._lines(RECORD_FILE))
+        self._reconcile(rebuild_record)
+
+    def _lines(self, name: str) -> list[str]:
+        return [line for line in (self.path / name).read_text(encoding="utf-8").split("\n") if line]
+
+    def _reconcile(self, rebuild_record) -> None:
+        missing = self.journal[self.n_records:]
+        if missing and rebuild_record is None:
+            # no way to rebuild the record: forget the journal entry, the program is re-measured
+            self.journal = self.journal[:self.n_records]
+            write_text_atomic(self.path / SIDECAR_FILE, "".join(
+                json.dumps(e, separators=_COMPACT) + "\n" for e in self.journal))
+            return
+        for entry in missing:
+            _append_line(self.path / RECORD_FILE, rebuild_record(entry))
+            self.n_records += 1
+
+    @property
+    def done_keys(self) -> set[str]:
+        """Keys of every program already measured or already failed."""
+        return {e["key"] for e in self.journal} | {e["key"] for e in self.failures}
+
+    def workload_index(self, workload_json: list, info: dict | None = None) -> int:
+        """Index of the workload, appending it (and its task info) if new."""
+        shash = workload_json[0]
+        if shash not in self._workload_index:
+            _append_line(self.path / WORKLOAD_FILE, json.dumps(workload_json, separators=_COMPACT))
+            self._workload_index[shash] = len(self._workload_index)
+        if info is not None and self.tasks.get(shash) != info:
+            self.tasks[shash] = info
+            write_text_atomic(self.path / TASKS_FILE, json.dumps(self.tasks, indent=1, sort_keys=True))
+        return self._workload_index[shash]
+
+    def append(self, record_line: str, journal_entry: dict) -> int:
+        """Append one measured program; return its record index."""
+        entry = dict(journal_entry, record_index=self.n_records)
+        _append_line(self.path / SIDECAR_FILE, json.dumps(entry, separators=_COMPACT))
+        self.journal.append(entry)
+        _append_line(self.path / RECORD_FILE, record_line)
+        self.n_records += 1
+        return entry["record_index"]
+
+    def append_failure(self, entry: dict) -> None:
+        _append_line(self.path / FAILURE_FILE, json.dumps(entry, separators=_COMPACT))
+        self.failures.append(entry)

@@ -1,0 +1,151 @@
+"""Time built programs on the local CPU in interleaved passes, with a reference kernel.
+
+Interference on shared VMs comes in bursts that slow everything for seconds. So:
+- every program is timed once per pass, and passes go over the whole batch (interleaved), so
+  the passes of one program are seconds apart;
+- a small fixed reference kernel is timed just before each program; its slowdown against its
+  best time in this run tells whether the machine was disturbed during that pass;
+- a program whose two best passes disagree by more than `tolerance_rel`, or that has fewer
+  than two undisturbed passes, gets extra passes (up to `max_extra_passes`).
+The label is the minimum over passes of the median repeat of each pass (see types.Measurement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from cdmpp.tvm_env import import_tvm
+from cdmpp.types import Measurement, PassStats
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How each program is timed. Defaults are the measured choice (docs/measurement.md)."""
+
+    number: int = 1  # runs per repeat; time_evaluator grows it to reach min_repeat_ms
+    repeat: int = 3  # repeats per pass
+    min_repeat_ms: int = 20
+    passes: int = 3
+    max_extra_passes: int = 2
+    tolerance_rel: float = 0.03  # two best passes further apart than this: measure again
+    ref_slow_rel: float = 0.10  # reference kernel this much slower than its best: pass disturbed
+    flush_cache: bool = False  # flush CPU caches before each run (TVM's cache_flush_cpu_non_first_arg)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def random_args(args_info_json: Sequence, device, seed: int = 0) -> list:
+    """Arrays for a program's arguments, from its `args_info` JSON (`["TENSOR", dtype, shape]`)."""
+    tvm = import_tvm()
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for info in args_info_json:
+        if info[0] != "TENSOR":
+            raise ValueError(f"unsupported argument kind {info[0]!r} in args_info")
+        dtype, shape = info[1], tuple(int(s) for s in info[2])
+        if np.issubdtype(np.dtype(dtype), np.floating):
+            data = rng.uniform(-1, 1, size=shape).astype(dtype)
+        else:
+            data = np.zeros(shape, dtype=dtype)
+        arrays.append(tvm.runtime.tensor(data, device))
+    return arrays
+
+
+def reference_kernel(target: dict, size: int = 128):
+    """A fixed, parallel matmul: its time tracks how fast the machine is right now."""
+    tvm = import_tvm()
+    from tvm import s_tir, te
+
+    a = te.placeholder((size, size), name="A")
+    b = te.placeholder((size, size), name="B")
+    k = te.reduce_axis((0, size), name="k")
+    c = te.compute((size, size), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    i, _, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.parallel(i)
+    from cdmpp.measure.build import compile_module
+
+    return compile_module(sch.mod, target).jit(), [["TENSOR", "float32", [size, size]]] * 3
+
+
+class Timer:
+    """Times programs with one protocol on the local CPU, tracking the reference kernel."""
+
+    def __init__(self, protocol: Protocol, target: dict):
+        tvm = import_tvm()
+        self.protocol = protocol
+        self.device = tvm.cpu()
+        ref_mod, ref_args = reference_kernel(target)
+        self._ref = ref_mod.time_evaluator("main", self.device, number=1, repeat=1,
+                                           min_repeat_ms=5)
+        self._ref_args = random_args(ref_args, self.device)
+        self.ref_best_s = min(self._time_ref() for _ in range(5))
+
+    def _time_ref(self) -> float:
+        return float(self._ref(*self._ref_args).results[0])
+
+    def ref_ratio(self) -> float:
+        now = self._time_ref()
+        self.ref_best_s = min(self.ref_best_s, now)
+        return now / self.ref_best_s
+
+    def evaluator(self, rt_mod) -> Callable:
+        p = self.protocol
+        extra = {"f_preproc": "cache_flush_cpu_non_first_arg"} if p.flush_cache else {}
+        return rt_mod.time_evaluator("main", self.device, number=p.number, repeat=p.repeat,
+                                     min_repeat_ms=p.min_repeat_ms, **extra)
+
+    def one_pass(self, evaluator, args) -> PassStats:
+        ratio = self.ref_ratio()
+        values = tuple(float(v) for v in evaluator(*args).results)
+        return PassStats(values, round(ratio, 4))
+
+    def needs_more(self, passes: list[PassStats]) -> bool:
+        p = self.protocol
+        clean = sorted(s.median_s for s in passes if (s.ref_ratio or 1.0) <= 1 + p.ref_slow_rel)
+        if len(clean) < 2:
+            return True
+        return (clean[1] - clean[0]) / clean[0] > p.tolerance_rel
+
+    def measure_batch(self, programs: Sequence[tuple[str, object, list]],
+                      on_pass: Callable[[], None] | None = None) -> dict[str, Measurement]:
+        """Time `(key, runtime_module, args)` programs in interleaved passes.
+
+        A program that raises while running is returned as an exception instead of a
+        Measurement, so one bad program does not lose the batch.
+        """
+        evaluators = {key: self.evaluator(mod) for key, mod, _ in programs}
+        args = {key: a for key, _, a in programs}
+        passes: dict[str, list[PassStats]] = {key: [] for key, _, _ in programs}
+        errors: dict[str, Exception] = {}
+
+        def run(keys):
+            for key in keys:
+                if key in errors:
+                    continue
+                try:
+                    passes[key].append(self.one_pass(evaluators[key], args[key]))
+                except Exception as e:  # noqa: BLE001 - the program failed to run
+                    errors[key] = e
+            if on_pass:
+                on_pass()
+
+        keys = list(passes)
+        for _ in range(self.protocol.passes):
+            run(keys)
+        for _ in range(self.protocol.max_extra_passes):
+            flagged = [k for k in keys if k not in errors and self.needs_more(passes[k])]
+            if not flagged:
+                break
+            run(flagged)
+        out: dict = dict(errors)
+        for key in keys:
+            if key not in errors:
+                flat = tuple(v for s in passes[key] for v in s.values_s)
+                out[key] = Measurement(flat, tuple(passes[key]))
+        return out
+

@@ -1,0 +1,117 @@
+"""Sample schedules of a workload as TVM's tuner does, and persist them before measuring.
+
+Sampling with a fixed seed is not reproducible across processes, so sampled programs are
+written to a candidates file once and always read back from it, never re-sampled.
+
+Each candidate keeps the structural hash of the module that will be measured (`sch.mod`, after
+postprocessing). If replaying the stored trace on the workload does not give that module back,
+the module itself is kept in the candidate, so the program we time is the one we describe.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdmpp.measure import tvm_codec
+from cdmpp.measure.database import write_text_atomic
+from cdmpp.tvm_env import import_tvm, meta_schedule
+
+EMPTY_TRACE: list = [[], []]  # the default program: the workload as TVM builds it untuned
+
+
+@dataclass(frozen=True)
+class Candidate:
+    key: str  # "<task>/<i>": unique in an output directory
+    kind: str  # "sampled" | "default"
+    trace_json: list
+    args_info_json: list
+    mod_shash: str  # structural hash of the module to be measured
+    replay_ok: bool  # replaying trace_json on the workload gives exactly that module
+    measured_module: str | None = None  # the module's JSON, kept only when replay_ok is False
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "kind": self.kind, "trace": self.trace_json,
+                "args_info": self.args_info_json, "mod_shash": self.mod_shash,
+                "replay_ok": self.replay_ok, "measured_module": self.measured_module}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Candidate":
+        return cls(d["key"], d["kind"], d["trace"], d["args_info"], d["mod_shash"],
+                   d["replay_ok"], d.get("measured_module"))
+
+    def module(self, workload_mod):
+        """The IRModule that is built and timed for this candidate."""
+        if self.measured_module is not None:
+            return tvm_codec.load_module(self.measured_module)
+        if self.kind == "default":
+            return workload_mod
+        return tvm_codec.replay_trace(workload_mod, self.trace_json).mod
+
+
+def _candidate(key: str, kind: str, workload_mod, mod, trace_json, args_info) -> Candidate:
+    shash = tvm_codec.structural_hash(mod)
+    if kind == "default":
+        replay_ok = True
+    else:
+        try:
+            replayed = tvm_codec.replay_trace(workload_mod, trace_json).mod
+            replay_ok = tvm_codec.structural_equal(replayed, mod)
+        except Exception:  # noqa: BLE001 - any replay failure means "keep the module"
+            replay_ok = False
+    kept = None if replay_ok else tvm_codec.save_module(mod)
+    return Candidate(key, kind, trace_json, tvm_codec.args_info_to_json(args_info), shash,
+                     replay_ok, kept)
+
+
+def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
+                    include_default: bool = True, max_rounds: int = 8) -> list[Candidate]:
+    """Up to `n` distinct random schedules (post-order-apply + replay-trace), plus the default."""
+    tvm = import_tvm()
+    ms = meta_schedule()
+    out: list[Candidate] = []
+    if include_default:
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        args = ArgInfo.from_prim_func(workload_mod["main"])
+        out.append(_candidate(f"{task}/default", "default", workload_mod, workload_mod,
+                              EMPTY_TRACE, args))
+    seen = {c.mod_shash for c in out}
+    ctx = ms.TuneContext(mod=workload_mod, target=tvm.target.Target(target),
+                         space_generator="post-order-apply", search_strategy="replay-trace",
+                         task_name=task, rand_state=seed, num_threads=1)
+    spaces = ctx.generate_design_space()
+    for _ in range(max_rounds):
+        want = n - (len(out) - include_default)
+        if want <= 0:
+            break
+        ctx.pre_tuning(max_trials=want, num_trials_per_iter=want, design_spaces=spaces,
+                       database=None, cost_model=None)
+        for cand in ctx.search_strategy.generate_measure_candidates() or []:
+            mod = cand.sch.mod
+            shash = tvm_codec.structural_hash(mod)
+            if shash in seen:
+                continue
+            seen.add(shash)
+            index = len(out) - include_default
+            out.append(_candidate(f"{task}/{index}", "sampled", workload_mod, mod,
+                                  tvm_codec.trace_to_json(cand.sch.trace), cand.args_info))
+        ctx.post_tuning()
+    return out
+
+
+def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
+                   seed: int = 0) -> list[Candidate]:
+    """Candidates of a task: read from `path` if it exists, else sampled and written there."""
+    if path.exists():
+        data = json.loads(path.read_text())
+        candidates = [Candidate.from_json(c) for c in data["candidates"]]
+        if len(candidates) - 1 >= n or data.get("exhausted"):
+            return candidates[:n + 1]
+    candidates = sample_programs(workload_mod, target, n, task=task, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"task": task, "candidates": [c.to_json() for c in candidates],
+               "exhausted": len(candidates) - 1 < n}
+    write_text_atomic(path, json.dumps(payload, separators=(",", ":")))
+    return candidates

@@ -1,0 +1,146 @@
+"""The operator catalog: coverage, network membership, selection, and TIR equal to measured data."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdmpp.programs import catalog as C
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "epyc-2c"
+
+
+def _smallest_per_family() -> list[C.Task]:
+    """One task per op family, the cheapest to build (keeps the TIR tests fast)."""
+    best: dict[str, C.Task] = {}
+    for task in C.catalog():
+        size = math.prod(v for _, v in task.params)
+        if task.op not in best or size < math.prod(v for _, v in best[task.op].params):
+            best[task.op] = task
+    return [best[op] for op in C.OPS]
+
+
+def test_catalog_covers_all_networks_and_families():
+    tasks = C.catalog()
+    assert len(tasks) >= 130
+    assert {n for t in tasks for n in t.networks} == set(C.NETWORKS)
+    assert {t.op for t in tasks} == set(C.OPS)
+    assert len({t.name for t in tasks}) == len(tasks)
+    assert C.catalog() == tasks  # deterministic
+
+
+def test_tasks_are_well_formed():
+    for t in C.catalog():
+        assert t.networks and list(t.networks) == sorted(set(t.networks))
+        assert set(t.networks) <= set(C.NETWORKS)
+        assert list(t.params) == sorted(t.params)
+        assert all(isinstance(v, int) and v > 0 for k, v in t.params if k != "pad")
+        assert C.task_name(t.op, t.params) == t.name
+
+
+@pytest.mark.parametrize(
+    "name, networks",
+    [
+        ("conv7x7_1x3x224x224_k64s2", ("resnet18", "resnet50")),  # shared stem
+        ("maxpool3x3_1x64x112x112_s2", ("resnet18", "resnet50")),
+        ("conv3x3_1x64x56x56_k128s2", ("resnet18",)),  # resnet50 strides 128->128 instead
+        ("conv3x3_1x128x56x56_k128s2", ("resnet50",)),
+        ("conv1x1_1x64x56x56_k128s2", ("resnet18",)),  # downsample shortcut
+        ("addrelu_1x64x56x56", ("resnet18",)),
+        ("addrelu_1x256x56x56", ("resnet50",)),
+        ("gap_1x512x7x7", ("resnet18",)),
+        ("dense_1x512x1000", ("resnet18",)),
+        ("dense_4x2048x1000", ("resnet50",)),
+        ("dense_1x1280x1000", ("mobilenet_v2",)),
+        ("dense_1x768x1000", ("vit_b16",)),
+        ("conv3x3_1x3x224x224_k32s2", ("mobilenet_v2",)),
+        ("dwconv3x3_1x144x56x56_s2", ("mobilenet_v2",)),
+        ("add_1x24x56x56", ("mobilenet_v2",)),
+        ("relu6_1x32x112x112", ("mobilenet_v2",)),
+        ("conv16x16_4x3x224x224_k768s16", ("vit_b16",)),
+        ("dense_64x768x768", ("bert_base", "gpt2")),
+        ("dense_64x768x2304", ("gpt2",)),  # fused c_attn; BERT has separate Q/K/V
+        ("dense_197x768x2304", ("vit_b16",)),
+        ("densegelu_128x768x3072", ("bert_base", "gpt2")),
+        ("densegelu_788x768x3072", ("vit_b16",)),
+        ("bmm_12x128x64x128", ("bert_base", "gpt2")),  # Q K^T
+        ("bmm_48x197x197x64", ("vit_b16",)),  # attn V at batch 4
+        ("softmax_12x256x256", ("bert_base", "gpt2")),
+        ("layernorm_197x768", ("vit_b16",)),
+        ("add_128x768", ("bert_base", "gpt2")),
+    ],
+)
+def test_network_membership(name, networks):
+    assert C.get_task(name).networks == networks
+
+
+def test_get_task_suggests_close_names():
+    with pytest.raises(KeyError, match="dense_64x768x768"):
+        C.get_task("dense_64x768x767")
+
+
+def test_select_by_family_name_and_network():
+    assert C.select() == list(C.catalog())
+    dense = C.select(ops=["dense"])
+    assert dense and all(t.op == "dense" for t in dense)
+    both = C.select(ops=["softmax", "dense_64x768x768"])
+    assert {t.op for t in both} == {"softmax", "dense"}
+    assert [t.name for t in both if t.op == "dense"] == ["dense_64x768x768"]
+    vit = C.select(networks=["vit_b16"])
+    assert vit and all("vit_b16" in t.networks for t in vit)
+    gpt_ln = C.select(ops=["layer_norm"], networks=["gpt2"])
+    assert {t.name for t in gpt_ln} == {f"layernorm_{s}x768" for s in (64, 128, 256)}
+
+
+@pytest.mark.parametrize(
+    "kwargs, bad", [({"ops": ["conv9x9"]}, "conv9x9"), ({"networks": ["resnet101"]}, "resnet101")]
+)
+def test_select_rejects_unknown_names(kwargs, bad):
+    with pytest.raises(ValueError, match=bad) as info:
+        C.select(**kwargs)
+    assert "resnet18" in str(info.value) or "conv2d" in str(info.value)  # lists the choices
+
+
+def test_import_does_not_import_tvm():
+    code = "import sys, cdmpp.programs.catalog as c; c.catalog(); assert 'tvm' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("task", _smallest_per_family(), ids=lambda t: t.name)
+def test_prim_func_builds(task):
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    func = task.prim_func()
+    assert isinstance(func, tvm.tirx.PrimFunc)
+    assert func.params and all(p.dtype == "float32" for p in func.params)
+
+
+def _one_measured_task_per_kind() -> list[str]:
+    """One measured task per name prefix (conv1x1, conv3x3, convbr3x3, dense, ...)."""
+    if not SHARED_DATA.is_dir():
+        return []
+    names: dict[str, str] = {}
+    for task in C.catalog():
+        if (SHARED_DATA / task.name / "database_workload.json").is_file():
+            names.setdefault(task.name.split("_")[0], task.name)
+    return sorted(names.values())
+
+
+@pytest.mark.parametrize("name", _one_measured_task_per_kind() or ["<no shared data>"])
+def test_prim_func_equals_measured_workload(name):
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is missing")
+    import tvm_ffi
+
+    from cdmpp.tvm_env import meta_schedule
+
+    ms = meta_schedule()
+    parse = tvm_ffi.get_global_func("ffi.json.Parse")
+    line = (SHARED_DATA / name / "database_workload.json").read_text().splitlines()[0]
+    measured = ms.database.Workload.from_json(parse(line)).mod["main"]
+    assert tvm_ffi.structural_equal(C.get_task(name).prim_func(), measured)

@@ -1,0 +1,92 @@
+import dataclasses
+import json
+
+import pytest
+
+from cdmpp.device import (DEVICE_FILE, Device, DeviceMismatchError, claim_directory, describe,
+                          device_id, load_device, local_device, save_device)
+
+
+@pytest.fixture(scope="module")
+def dev1() -> Device:
+    return local_device(threads=1)
+
+
+@pytest.fixture(scope="module")
+def dev2() -> Device:
+    return local_device(threads=2)
+
+
+def test_local_device_fields_filled(dev1):
+    dev = local_device()
+    assert dev.cpu_model and dev.cpu_vendor and dev.os and dev.python and dev.tvm_version
+    assert dev.threads >= 1 and dev.logical_cores >= 1 and dev.physical_cores >= 1
+    assert dev.target["kind"] == "llvm" and dev.target["num-cores"] == dev.threads
+    assert dev.target["mcpu"]
+    assert dev.l1d_bytes > 0 and dev.l2_bytes > 0 and dev.l3_bytes > 0
+    assert dev.memory_bytes > 0 and dev.vector_width_bits in (128, 256, 512)
+    assert list(dev.isa_features) == sorted(dev.isa_features)
+    assert dev1.threads == 1 and dev1.target["num-cores"] == 1
+    assert "device" in describe(dev)
+    json.dumps(dev.to_json())  # JSON-friendly, including the TVM target
+
+
+def test_device_id_stable_and_threads_sensitive(dev1, dev2):
+    assert local_device(threads=1).device_id == dev1.device_id
+    assert dev1.device_id == device_id(dev1.to_json())
+    assert dev1.device_id != dev2.device_id
+
+
+def test_device_id_ignores_volatile_fields(dev1):
+    d = dict(dev1.to_json(), frequency_mhz=1.0, os="x", python="y", tvm_version="z")
+    assert device_id(d) == dev1.device_id
+
+
+def test_hashable(dev1):
+    assert hash(dev1) == hash(Device.from_json(dev1.to_json()))
+
+
+def test_json_round_trip(dev1):
+    assert Device.from_json(json.loads(json.dumps(dev1.to_json()))) == dev1
+
+
+def test_from_json_missing_field(dev1):
+    d = dev1.to_json()
+    del d["l2_bytes"]
+    with pytest.raises(ValueError, match="l2_bytes") as err:
+        Device.from_json(d, source="some.json")
+    assert "some.json" in str(err.value)
+
+
+def test_from_json_bad_type_and_edited_id(dev1):
+    with pytest.raises(ValueError, match="threads"):
+        Device.from_json(dict(dev1.to_json(), threads="4"))
+    with pytest.raises(ValueError, match="device_id"):
+        Device.from_json(dict(dev1.to_json(), threads=7))
+
+
+def test_save_load_round_trip(tmp_path, dev1):
+    assert load_device(tmp_path) is None
+    path = save_device(tmp_path, dev1)
+    assert path == tmp_path / DEVICE_FILE
+    assert load_device(tmp_path) == dev1
+    assert [p.name for p in tmp_path.iterdir()] == [DEVICE_FILE]  # no temp file left
+
+
+def test_load_corrupt(tmp_path):
+    (tmp_path / DEVICE_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=DEVICE_FILE):
+        load_device(tmp_path)
+
+
+def test_claim_directory(tmp_path, dev1, dev2):
+    out = tmp_path / "out"
+    assert claim_directory(out, dev1) == dev1
+    assert (out / DEVICE_FILE).exists()
+    assert claim_directory(out, dataclasses.replace(dev1)) == dev1
+    with pytest.raises(DeviceMismatchError) as err:
+        claim_directory(out, dev2)
+    msg = str(err.value)
+    assert str(out) in msg and dev1.device_id in msg and dev2.device_id in msg
+    assert "threads" in msg
+    assert load_device(out) == dev1  # the stored device is untouched
