@@ -54,10 +54,10 @@ class PassStats:
 class Measurement:
     """All timings of one program, and the label derived from them.
 
-    The label (`latency_s`) is the minimum over passes of each pass's median repeat: a pass is
-    a burst of repeats taken together, interference on these machines only ever slows a pass
-    down, and the median inside a pass ignores a single disturbed repeat (docs/measurement.md
-    has the measurements behind this choice).
+    The label (`latency_s`) is the minimum over every repeat of every pass. Each repeat is
+    already an average of enough runs to last `min_repeat_ms`; interference on these machines
+    only ever slows a repeat down; and of the statistics we compared, the minimum moved least
+    when the same programs were measured again minutes later (docs/measurement.md).
     """
 
     run_secs: tuple[float, ...]  # every repeat of every pass, in pass order (TVM's run_secs)
@@ -87,18 +87,19 @@ class Measurement:
 
     @property
     def latency_s(self) -> float:
-        return min(self.pass_medians_s)
+        return min(self.run_secs)
 
     @property
     def noise_rel(self) -> float | None:
-        """How far the label could move: relative gap between the two best pass medians.
+        """How far the label could move: relative gap between the best values of the two best
+        passes (the label without its best pass). None with a single pass.
 
-        None with a single pass. `pass_to_pass_rel` is the raw (first vs second pass) figure.
+        `pass_to_pass_rel` is the raw figure (first vs second pass), before any choice.
         """
-        medians = sorted(self.pass_medians_s)
-        if len(medians) < 2:
+        best = sorted(p.min_s for p in self.passes)
+        if len(best) < 2:
             return None
-        return (medians[1] - medians[0]) / medians[0]
+        return (best[1] - best[0]) / best[0]
 
     @property
     def pass_to_pass_rel(self) -> float | None:

@@ -7,7 +7,7 @@ Interference on shared VMs comes in bursts that slow everything for seconds. So:
   best time in this run tells whether the machine was disturbed during that pass;
 - a program whose two best passes disagree by more than `tolerance_rel`, or that has fewer
   than two undisturbed passes, gets extra passes (up to `max_extra_passes`).
-The label is the minimum over passes of the median repeat of each pass (see types.Measurement).
+The label is the minimum over all repeats of all passes (see types.Measurement).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Timer:
 
     def needs_more(self, passes: list[PassStats]) -> bool:
         p = self.protocol
-        clean = sorted(s.median_s for s in passes if (s.ref_ratio or 1.0) <= 1 + p.ref_slow_rel)
+        clean = sorted(s.min_s for s in passes if (s.ref_ratio or 1.0) <= 1 + p.ref_slow_rel)
         if len(clean) < 2:
             return True
         return (clean[1] - clean[0]) / clean[0] > p.tolerance_rel

@@ -66,11 +66,17 @@ def _candidate(key: str, kind: str, workload_mod, mod, trace_json, args_info) ->
 
 
 def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
-                    include_default: bool = True, max_rounds: int = 8) -> list[Candidate]:
-    """Up to `n` distinct random schedules (post-order-apply + replay-trace), plus the default."""
+                    include_default: bool = True, max_rounds: int = 8,
+                    existing: list[Candidate] = ()) -> list[Candidate]:
+    """Up to `n` distinct random schedules (post-order-apply + replay-trace), plus the default.
+
+    `existing` candidates are kept as they are (same keys, same programs); only the missing
+    ones are sampled, distinct from them.
+    """
     tvm = import_tvm()
     ms = meta_schedule()
-    out: list[Candidate] = []
+    out: list[Candidate] = list(existing)
+    include_default = include_default and not any(c.kind == "default" for c in out)
     if include_default:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -82,8 +88,9 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
                          space_generator="post-order-apply", search_strategy="replay-trace",
                          task_name=task, rand_state=seed, num_threads=1)
     spaces = ctx.generate_design_space()
+    n_default = sum(c.kind == "default" for c in out)
     for _ in range(max_rounds):
-        want = n - (len(out) - include_default)
+        want = n - (len(out) - n_default)
         if want <= 0:
             break
         ctx.pre_tuning(max_trials=want, num_trials_per_iter=want, design_spaces=spaces,
@@ -94,7 +101,7 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
             if shash in seen:
                 continue
             seen.add(shash)
-            index = len(out) - include_default
+            index = len(out) - n_default
             out.append(_candidate(f"{task}/{index}", "sampled", workload_mod, mod,
                                   tvm_codec.trace_to_json(cand.sch.trace), cand.args_info))
         ctx.post_tuning()
@@ -103,15 +110,22 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
 
 def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
                    seed: int = 0) -> list[Candidate]:
-    """Candidates of a task: read from `path` if it exists, else sampled and written there."""
+    """The default program and `n` sampled programs of a task.
+
+    Read from `path` when it holds them; otherwise the missing ones are sampled (the ones
+    already there are kept, so their keys keep naming the same programs) and `path` rewritten.
+    """
+    existing: list[Candidate] = []
     if path.exists():
         data = json.loads(path.read_text())
-        candidates = [Candidate.from_json(c) for c in data["candidates"]]
-        if len(candidates) - 1 >= n or data.get("exhausted"):
-            return candidates[:n + 1]
-    candidates = sample_programs(workload_mod, target, n, task=task, seed=seed)
+        existing = [Candidate.from_json(c) for c in data["candidates"]]
+        if len(existing) - 1 >= n or data.get("exhausted_at", -1) >= n:
+            return existing[:n + 1]
+    candidates = sample_programs(workload_mod, target, n, task=task, seed=seed + len(existing),
+                                 existing=existing)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"task": task, "candidates": [c.to_json() for c in candidates],
-               "exhausted": len(candidates) - 1 < n}
+               # the design space had fewer distinct programs than asked for
+               "exhausted_at": n if len(candidates) - 1 < n else -1}
     write_text_atomic(path, json.dumps(payload, separators=(",", ":")))
     return candidates

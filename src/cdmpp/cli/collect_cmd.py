@@ -1,0 +1,66 @@
+"""`cdmpp collect`: measure programs of catalog operators on this machine."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "collect", help="sample, build and time programs into a TVM JSON database",
+        description="Sample random schedules of catalog operators (plus each operator's "
+                    "default program), build and time them, and append them to the TVM JSON "
+                    "database in --out. Resumable: run the same command again to continue.")
+    p.add_argument("--out", help="output directory (a TVM JSON database + cdmpp files)")
+    p.add_argument("--list", action="store_true", help="show the operator catalog and exit")
+    p.add_argument("--ops", type=_csv, help="task names or operator families, comma-separated")
+    p.add_argument("--network", type=_csv, help="networks, comma-separated (resnet18, ...)")
+    p.add_argument("--programs-per-task", type=int, default=32, metavar="N")
+    p.add_argument("--passes", type=int, default=None, metavar="P",
+                   help="timing passes per program (default: the protocol's)")
+    p.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="threads used to run programs (default: all cores)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                   help="stop cleanly after this many minutes (resume later)")
+    p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=run)
+
+
+def print_catalog(tasks) -> None:
+    from cdmpp.programs.catalog import CATALOG_VERSION
+
+    print(f"catalog version {CATALOG_VERSION}: {len(tasks)} tasks")
+    print(f"{'task':<34} {'op':<18} networks")
+    for t in tasks:
+        print(f"{t.name:<34} {t.op:<18} {','.join(t.networks)}")
+
+
+def run(args) -> int:
+    from dataclasses import replace
+
+    from cdmpp.programs.catalog import select
+
+    tasks = select(args.ops, args.network)
+    if args.list:
+        print_catalog(tasks)
+        return 0
+    if not args.out:
+        raise ValueError("--out DIR is required (or --list to see the catalog)")
+    from cdmpp.measure.collect import CollectConfig, collect
+    from cdmpp.measure.timing import Protocol
+
+    protocol = Protocol() if args.passes is None else replace(Protocol(), passes=args.passes)
+    config = CollectConfig(out=args.out, programs_per_task=args.programs_per_task,
+                           threads=args.threads, time_budget_min=args.time_budget,
+                           build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol)
+    command = shlex.join(["cdmpp"] + sys.argv[1:])
+    summary = collect(config, tasks, progress=not args.no_progress, command=command)
+    print(summary)
+    return 0

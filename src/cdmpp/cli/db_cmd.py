@@ -1,0 +1,30 @@
+"""`cdmpp db`: check TVM JSON databases and summarize what they hold."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("db", help="check databases: counts, bad lines, noise floor")
+    p.add_argument("paths", nargs="+", help="database directories (or folders holding them)")
+    p.add_argument("--strict", action="store_true", help="stop at the first bad line")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from cdmpp.measure.database import find_databases, load_database
+    from cdmpp.measure.noise import noise_floor
+
+    total, measurements, skipped = 0, [], 0
+    for root in args.paths:
+        for path in find_databases(root):
+            db = load_database(path, strict=args.strict)
+            total += len(db.records)
+            skipped += len(db.skipped)
+            measurements += [r.measurement for r in db.records]
+            names = ",".join(sorted({w.name or w.shash for w in db.workloads}))
+            print(f"{path}: {len(db.workloads)} workloads ({names}), {len(db.records)} records")
+            for line in db.skipped:
+                print(f"  skipped {line}")
+    print(f"total: {total} records, {skipped} bad lines skipped")
+    print(noise_floor(measurements))
+    return 0

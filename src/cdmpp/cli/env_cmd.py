@@ -1,0 +1,42 @@
+"""`cdmpp env`: versions and the local device fingerprint, for bug reports."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+
+PACKAGES = ("cdmpp", "apache-tvm", "apache-tvm-ffi", "torch", "xgboost", "numpy",
+            "scikit-learn", "pyarrow", "tqdm", "psutil", "cloudpickle")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("env", help="print versions and the local device fingerprint")
+    p.add_argument("--threads", type=int, default=None, help="thread count to describe")
+    p.add_argument("--json", action="store_true", help="print device.json instead of text")
+    p.set_defaults(run=run)
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def run(args) -> int:
+    import json
+
+    from cdmpp.device import describe, local_device
+
+    device = local_device(threads=args.threads)
+    if args.json:
+        print(json.dumps(device.to_json(), indent=2, sort_keys=True))
+        return 0
+    for name, version in package_versions().items():
+        print(f"{name:>14}: {version}")
+    print()
+    print(describe(device))
+    return 0

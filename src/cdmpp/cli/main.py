@@ -1,0 +1,36 @@
+"""The `cdmpp` command: one thin subcommand per stage of the data flow."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cdmpp.cli import collect_cmd, db_cmd, env_cmd
+
+SUBCOMMANDS = (env_cmd, collect_cmd, db_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdmpp", description="Predict the latency of tensor programs and whole networks.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in SUBCOMMANDS:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        # user-facing errors (bad input, device mismatch) end with one clear line, no traceback
+        print(f"cdmpp {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The command line: thin subcommands, clear errors."""
+
+from __future__ import annotations
+
+from cdmpp.cli.main import main
+
+
+def test_collect_list_shows_the_catalog(capsys):
+    assert main(["collect", "--list", "--network", "gpt2"]) == 0
+    out = capsys.readouterr().out
+    assert "softmax_12x128x128" in out and "gpt2" in out
+
+
+def test_unknown_network_is_a_clear_error(capsys):
+    assert main(["collect", "--list", "--network", "alexnet"]) == 2
+    err = capsys.readouterr().err
+    assert "alexnet" in err and "resnet18" in err
+
+
+def test_collect_needs_out(capsys):
+    assert main(["collect", "--ops", "softmax"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_env_prints_versions_and_device(capsys):
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "apache-tvm" in out and "torch" in out and "device" in out
+
+
+def test_db_reports_bad_lines(dense_db, capsys):
+    with open(dense_db / "database_tuning_record.json", "a") as f:
+        f.write("[0, [[[], []], [NaN], {}, []]]\n")
+    assert main(["db", str(dense_db)]) == 0
+    out = capsys.readouterr().out
+    assert "1 bad lines skipped" in out and ":5:" in out

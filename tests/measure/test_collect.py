@@ -1,0 +1,117 @@
+"""The collector on tiny real operators: real sampling, builds, timing and TVM's reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from cdmpp.device import DeviceMismatchError
+from cdmpp.measure.collect import CollectConfig, collect
+from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE, load_database
+from cdmpp.measure.timing import Protocol
+from conftest import MATMUL_64, ROOT, SOFTMAX_SMALL
+
+FAST = Protocol(repeat=2, min_repeat_ms=2, passes=2, max_extra_passes=1)
+
+
+def _config(out, **kw) -> CollectConfig:
+    return CollectConfig(out=str(out), programs_per_task=3, batch_size=2, protocol=FAST, **kw)
+
+
+def test_collect_writes_a_database_tvm_reads(tmp_path):
+    summary = collect(_config(tmp_path), [MATMUL_64, SOFTMAX_SMALL], progress=False)
+    assert summary.ok + summary.failed == 8  # 3 sampled + the default, per task
+    db = load_database(tmp_path)
+    assert len(db.records) == summary.ok >= 6
+    assert {w.name for w in db.workloads} == {"dense_64x64x64", "softmax_1x16x64"}
+    keys = [r.meta["key"] for r in db.records]
+    assert len(set(keys)) == len(keys) and "dense_64x64x64/default" in keys
+    for r in db.records:
+        assert len(r.measurement.passes) >= 2 and r.latency_s > 0
+        assert r.meta["repeats_per_pass"] == 2 and r.meta["replay_ok"] in (True, False)
+    from cdmpp.tvm_env import meta_schedule
+
+    tvm_db = meta_schedule().database.JSONDatabase(work_dir=str(tmp_path))
+    assert len(tvm_db.get_all_tuning_records()) == len(db.records)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["runs"][0]["measured"] == summary.ok
+    assert summary.noise.n == summary.ok
+
+
+def test_recorded_trace_replays_to_the_measured_module(tmp_path):
+    from cdmpp.measure import tvm_codec
+
+    collect(_config(tmp_path), [MATMUL_64], progress=False)
+    db = load_database(tmp_path)
+    mod = db.workloads[0].mod()
+    for r in db.records:
+        if r.meta["replay_ok"]:
+            replayed = tvm_codec.replay_trace(mod, r.trace_json).mod
+            assert tvm_codec.structural_hash(replayed) == r.meta["mod_shash"]
+        else:
+            kept = (tmp_path / r.meta["measured_module"]).read_text()
+            assert tvm_codec.structural_hash(tvm_codec.load_module(kept)) == r.meta["mod_shash"]
+
+
+def test_rerun_resumes_without_duplicates(tmp_path):
+    first = collect(_config(tmp_path), [MATMUL_64], progress=False)
+    again = collect(_config(tmp_path), [MATMUL_64], progress=False)
+    assert again.ok == again.failed == 0 and again.already_done == first.ok + first.failed
+    more = collect(replace(_config(tmp_path), programs_per_task=5), [MATMUL_64], progress=False)
+    assert more.ok + more.failed == 2  # only the two new candidates
+    keys = [r.meta["key"] for r in load_database(tmp_path).records]
+    assert len(keys) == len(set(keys))
+
+
+def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path):
+    script = (f"import sys; sys.path[:0] = [{str(ROOT / 'tests')!r}, "
+              f"{str(ROOT / 'tests' / 'measure')!r}];"
+              "from test_collect import _config, MATMUL_64, SOFTMAX_SMALL;"
+              "from cdmpp.measure.collect import collect;"
+              f"collect(_config({str(tmp_path)!r}), [MATMUL_64, SOFTMAX_SMALL], progress=False)")
+    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        records = tmp_path / RECORD_FILE
+        if records.exists() and records.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the collector ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = load_database(tmp_path, strict=False)
+    kept = {r.meta["key"]: r.measurement.run_secs for r in before.records}
+    assert kept, "the run was killed before it measured anything"
+    summary = collect(_config(tmp_path), [MATMUL_64, SOFTMAX_SMALL], progress=False)
+    after = load_database(tmp_path)  # strict: no torn or bad line survives
+    keys = [r.meta["key"] for r in after.records]
+    failed = [json.loads(x)["key"] for x in (tmp_path / "failures.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys))
+    assert len(keys) + len(failed) == 8
+    for r in after.records:  # everything measured before the kill is still there, unchanged
+        if r.meta["key"] in kept:
+            assert r.measurement.run_secs == kept[r.meta["key"]]
+    assert summary.already_done >= len(kept)
+    sidecar = (tmp_path / SIDECAR_FILE).read_text().splitlines()
+    assert len(sidecar) == len(keys)
+
+
+def test_refuses_to_mix_devices(tmp_path):
+    collect(replace(_config(tmp_path), programs_per_task=1), [MATMUL_64], progress=False)
+    other = 1 if os.cpu_count() > 1 else 2
+    with pytest.raises(DeviceMismatchError, match=str(tmp_path)):
+        collect(replace(_config(tmp_path), threads=other), [MATMUL_64], progress=False)
+
+
+def test_time_budget_stops_cleanly(tmp_path):
+    summary = collect(replace(_config(tmp_path), time_budget_min=0.0), [MATMUL_64],
+                      progress=False)
+    assert summary.stopped_by_budget and summary.ok == 0
+    assert load_database(tmp_path).records == ()

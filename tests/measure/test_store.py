@@ -1,0 +1,64 @@
+"""The crash-safe record store: torn lines are cut, journaled records are never lost."""
+
+from __future__ import annotations
+
+import json
+
+from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE, WORKLOAD_FILE
+from cdmpp.measure.store import FAILURE_FILE, RecordStore
+
+WORKLOAD = ["123", "encoded"]
+
+
+def _line(run_secs) -> str:
+    return json.dumps([0, [[[], []], run_secs, {"kind": "llvm"}, []]])
+
+
+def test_append_then_reopen(tmp_path):
+    store = RecordStore(tmp_path)
+    assert store.workload_index(WORKLOAD, {"name": "t"}) == 0
+    assert store.workload_index(WORKLOAD) == 0  # no duplicate workload line
+    assert store.append(_line([0.1]), {"key": "t/0"}) == 0
+    store.append_failure({"key": "t/1", "stage": "build", "error": "boom"})
+    again = RecordStore(tmp_path)
+    assert again.n_records == 1
+    assert again.done_keys == {"t/0", "t/1"}
+    assert (tmp_path / WORKLOAD_FILE).read_text().count("\n") == 1
+
+
+def test_torn_last_lines_are_cut(tmp_path):
+    store = RecordStore(tmp_path)
+    store.workload_index(WORKLOAD)
+    store.append(_line([0.1]), {"key": "t/0"})
+    for name in (RECORD_FILE, SIDECAR_FILE, FAILURE_FILE):
+        with open(tmp_path / name, "a") as f:
+            f.write('{"half a li')
+    again = RecordStore(tmp_path)
+    assert again.repaired_bytes > 0
+    for name in (RECORD_FILE, SIDECAR_FILE):
+        lines = (tmp_path / name).read_text().splitlines()
+        assert len(lines) == 1 and json.loads(lines[0])
+    assert again.done_keys == {"t/0"}
+
+
+def test_journal_entry_without_record_is_rebuilt(tmp_path):
+    store = RecordStore(tmp_path)
+    store.workload_index(WORKLOAD)
+    store.append(_line([0.1]), {"key": "t/0", "run_secs": [0.1]})
+    # a crash between the journal line and the record line
+    with open(tmp_path / SIDECAR_FILE, "a") as f:
+        f.write(json.dumps({"key": "t/1", "run_secs": [0.2], "record_index": 1}) + "\n")
+    again = RecordStore(tmp_path, rebuild_record=lambda e: _line(e["run_secs"]))
+    records = (tmp_path / RECORD_FILE).read_text().splitlines()
+    assert again.n_records == 2 and json.loads(records[1])[1][1] == [0.2]
+    assert again.done_keys == {"t/0", "t/1"}
+
+
+def test_journal_entry_without_rebuild_is_dropped(tmp_path):
+    store = RecordStore(tmp_path)
+    store.workload_index(WORKLOAD)
+    with open(tmp_path / SIDECAR_FILE, "a") as f:
+        f.write(json.dumps({"key": "t/0", "record_index": 0}) + "\n")
+    again = RecordStore(tmp_path)
+    assert again.n_records == 0 and again.done_keys == set()
+    assert (tmp_path / SIDECAR_FILE).read_text() == ""

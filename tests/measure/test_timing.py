@@ -1,0 +1,66 @@
+"""Pass statistics, the label, the noise floor, and interleaved timing of real programs."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdmpp.measure.noise import noise_floor
+from cdmpp.measure.timing import Protocol, Timer, random_args
+from cdmpp.types import Measurement, check_run_secs
+
+
+def test_run_secs_grouped_into_passes():
+    m = Measurement.from_run_secs([1.0, 1.2, 1.1, 2.0, 2.0, 2.1], repeats_per_pass=3)
+    assert m.pass_medians_s == (1.1, 2.0)
+    assert m.latency_s == 1.0  # the fastest repeat
+    assert m.pass_to_pass_rel == pytest.approx(0.9 / 1.1)
+    # a length that does not divide into passes falls back to one pass per value
+    assert len(Measurement.from_run_secs([1.0, 2.0], repeats_per_pass=3).passes) == 2
+
+
+def test_noise_rel_is_gap_of_two_best_passes():
+    m = Measurement.from_run_secs([1.0, 1.5, 1.02], repeats_per_pass=1)
+    assert m.noise_rel == pytest.approx(0.02)
+    m = Measurement.from_run_secs([1.0, 1.3, 1.1, 1.3], repeats_per_pass=2)
+    assert m.noise_rel == pytest.approx(0.1)
+    assert Measurement.from_run_secs([1.0]).noise_rel is None
+
+
+def test_noise_floor_shares():
+    ms = [Measurement.from_run_secs([1.0, r]) for r in (1.01, 1.04, 1.08, 1.5)]
+    floor = noise_floor(ms)
+    assert floor.n == 4
+    assert floor.within_5 == 0.5 and floor.within_10 == 0.75
+    assert floor.median_pass_to_pass_rel == pytest.approx(0.06)
+    assert "4 records" in str(floor)
+
+
+@pytest.mark.parametrize("bad", [None, [], [float("nan")], [0.0], [-1.0], [1e10], ["x"]])
+def test_invalid_run_secs_are_explained(bad):
+    assert check_run_secs(bad)
+
+
+def test_interleaved_passes_on_real_programs():
+    from cdmpp.device import local_device
+    from cdmpp.measure.build import compile_module
+    from cdmpp.tvm_env import import_tvm
+    from conftest import MATMUL_64, SOFTMAX_SMALL
+
+    tvm = import_tvm()
+    target = local_device().target
+    timer = Timer(Protocol(repeat=2, min_repeat_ms=1, passes=3, max_extra_passes=0), target)
+    programs = []
+    for task in (MATMUL_64, SOFTMAX_SMALL):
+        mod = tvm.IRModule({"main": task.prim_func().with_attr("global_symbol", "main")})
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        from cdmpp.measure import tvm_codec
+        args = tvm_codec.args_info_to_json(ArgInfo.from_prim_func(mod["main"]))
+        programs.append((task.name, compile_module(mod, target).jit(),
+                         random_args(args, timer.device)))
+    out = timer.measure_batch(programs)
+    for task in (MATMUL_64, SOFTMAX_SMALL):
+        m = out[task.name]
+        assert len(m.passes) == 3 and len(m.run_secs) == 6
+        assert all(p.ref_ratio >= 1.0 for p in m.passes)
+        assert m.latency_s == min(m.run_secs) > 0
