@@ -117,3 +117,29 @@ def test_shared_data_loads_with_names_and_passes(shared_data):
     m = db.records[0].measurement
     passes = json.loads((shared_data / "softmax_12x64x64" / "passes.json").read_text())[0]
     assert m.pass_medians_s == pytest.approx(passes, rel=1e-9)
+
+
+def test_database_written_by_tvm_tune_tir_loads(tmp_path):
+    """TVM's own tuner (real builder and runner processes) writes a database cdmpp reads."""
+    from cdmpp.device import local_device
+    from cdmpp.tvm_env import import_tvm, meta_schedule
+    from conftest import MATMUL_64
+
+    tvm, ms = import_tvm(), meta_schedule()
+    mod = tvm.IRModule({"main": MATMUL_64.prim_func().with_attr("global_symbol", "main")})
+    # the initializer gives the worker processes our fast TVM import (no 28 s per worker)
+    builder = ms.builder.LocalBuilder(max_workers=1, initializer=import_tvm)
+    runner = ms.runner.LocalRunner(ms.runner.EvaluatorConfig(number=1, repeat=2, min_repeat_ms=1),
+                                   initializer=import_tvm)
+    ms.tir_integration.tune_tir(mod, tvm.target.Target(local_device().target), str(tmp_path),
+                                max_trials_global=4, num_trials_per_iter=4, builder=builder,
+                                runner=runner, cost_model="random", strategy="replay-trace",
+                                num_tuning_cores=1)
+    db = load_database(tmp_path)
+    tvm_records = ms.database.JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()
+    assert len(db.records) == len(tvm_records) == 4
+    assert sorted(r.latency_s for r in db.records) == pytest.approx(
+        sorted(min(float(x) for x in r.run_secs) for r in tvm_records), rel=1e-6)
+    from cdmpp.measure import tvm_codec
+
+    assert db.workloads[0].shash == tvm_codec.structural_hash(mod)

@@ -102,6 +102,7 @@ class _Run:
         self.build_dir.mkdir(parents=True)
         self.timer: Timer | None = None
         self.summary = CollectSummary()
+        self.start = time.monotonic()
 
     # -- workloads and candidates ------------------------------------------------------------
     def workload(self, task: Task):
@@ -178,7 +179,14 @@ class _Run:
             else:
                 self.commit(task, cand, result, build_secs)
             progress.update(1)
-            progress.set_postfix(ok=self.summary.ok, failed=self.summary.failed, refresh=False)
+            self.show_counts(progress)
+
+    def show_counts(self, progress) -> None:
+        elapsed = time.monotonic() - self.start
+        done = self.summary.ok + self.summary.failed
+        progress.set_postfix(ok=self.summary.ok, failed=self.summary.failed,
+                             per_hour=round(3600 * done / elapsed) if elapsed else 0,
+                             refresh=False)
 
     def commit(self, task: Task, cand: Candidate, m, build_secs: float) -> None:
         module_file = None
@@ -203,7 +211,7 @@ class _Run:
     def run(self, progress_enabled: bool = True) -> CollectSummary:
         from tqdm import tqdm
 
-        start = time.monotonic()
+        start = self.start = time.monotonic()
         done = self.store.done_keys
         total = len(self.tasks) * (self.config.programs_per_task + 1)
         self.summary.already_done = sum(1 for k in done if self._task_name(k) in
@@ -223,6 +231,7 @@ class _Run:
                 batch = todo[i:i + self.config.batch_size]
                 built = self.build(task, batch)
                 progress.update(len(batch) - len(built))
+                self.show_counts(progress)
                 if built:
                     self.measure(task, built, progress)
                 for _, path, _ in built:
