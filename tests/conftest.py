@@ -31,3 +31,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip("../shared/data is not beside this checkout")
     return SHARED_DATA
+
+
+@pytest.fixture
+def fixture_dbs(tmp_path) -> list[Path]:
+    """Copies of three 4-record slices of real measurements: dense and softmax (BERT/GPT-2
+    shapes) and add+relu (ResNet-18 shape)."""
+    out = []
+    for name in ("dense_64x768x768", "softmax_12x64x64", "addrelu_1x64x56x56"):
+        dst = tmp_path / "dbs" / name
+        shutil.copytree(FIXTURES / name, dst)
+        out.append(dst)
+    return out

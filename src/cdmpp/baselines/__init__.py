@@ -1,0 +1,102 @@
+"""TenSet-style baselines (XGBoost, MLP) with the estimator interface of cdmpp's regressor.
+
+Both see one vector per program: `ProgramSet.summed()` (per-store features summed over the
+leaves, plus the leaf count), followed by the device vector when the set has one. Both fit
+log latency and predict latency in seconds. `score` is -MAPE (higher is better, sklearn's
+convention), so `fit/predict/score` treat every estimator alike in evaluation.
+
+    from cdmpp.baselines import make_baseline
+    model = make_baseline("xgb", nthread=2).fit(train, y_train_s)
+    latency_s = model.predict(test)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["XGBBaseline", "MLPBaseline", "make_baseline", "program_vectors"]
+
+
+def program_vectors(programs) -> np.ndarray:
+    """(n, F + 1 [+ D]) float64: summed store features, leaf count [, device vector]."""
+    x = programs.summed()
+    if programs.device is not None:
+        x = np.concatenate([x, np.asarray(programs.device, dtype=np.float64)], axis=1)
+    return x
+
+
+def check_latency(y, n: int) -> np.ndarray:
+    """Training labels as float64 seconds; one per program, positive and finite."""
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1 or len(y) != n:
+        raise ValueError(f"y must hold one latency per program ({n}), got shape {y.shape}")
+    if not n:
+        raise ValueError("fit needs at least one program")
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("latencies must be positive and finite (seconds)")
+    return y
+
+
+class BaselineMixin:
+    """Shared plumbing: input checks that match what `fit` saw, `score`, `get_params`."""
+
+    _fitted_attr = "n_features_in_"  # set by subclasses to the attribute `fit` sets last
+
+    def get_params(self) -> dict:
+        """The keyword arguments of `__init__` (saved with the model, sklearn-style)."""
+        import inspect
+
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, self._fitted_attr):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet: call fit() "
+                               "or load() first")
+
+    def _remember_inputs(self, programs) -> np.ndarray:
+        x = program_vectors(programs)
+        self.n_features_in_ = int(x.shape[1])
+        self.has_device_ = programs.device is not None
+        return x
+
+    def _inputs(self, programs) -> np.ndarray:
+        """Program vectors, checked against what `fit` saw."""
+        if (programs.device is not None) != self.has_device_:
+            need = "with" if self.has_device_ else "without"
+            raise ValueError(f"this model was fitted on programs {need} device vectors")
+        x = program_vectors(programs)
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(f"programs give {x.shape[1]} features, the model was fitted "
+                             f"on {self.n_features_in_}")
+        return x
+
+    def score(self, programs, y) -> float:
+        """-MAPE on absolute latency (higher is better, sklearn's convention)."""
+        from cdmpp.evaluate.metrics import mape
+
+        return -mape(y, self.predict(programs))
+
+
+def make_baseline(name_or_model="xgb", **kwargs):
+    """A baseline by name ("xgb", "mlp") with keyword arguments, or the object itself."""
+    if not isinstance(name_or_model, str):
+        return name_or_model
+    kinds = {"xgb": "XGBBaseline", "mlp": "MLPBaseline"}
+    if name_or_model not in kinds:
+        raise ValueError(f"unknown baseline {name_or_model!r}; choose from {sorted(kinds)}")
+    return __getattr__(kinds[name_or_model])(**kwargs)
+
+
+def __getattr__(name):
+    # Lazy exports: the submodules import this module's helpers, and importing
+    # cdmpp.baselines should stay cheap.
+    if name == "XGBBaseline":
+        from cdmpp.baselines.xgb import XGBBaseline
+
+        return XGBBaseline
+    if name == "MLPBaseline":
+        from cdmpp.baselines.mlp import MLPBaseline
+
+        return MLPBaseline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,96 @@
+"""Feature and target normalization, fitted on the training side of a split only.
+
+- leaf features: min-max to [0, 1] per column (columns constant on the training side map to 0);
+- latency: Box-Cox with the lambda that fits the training latencies, then standardized.
+Test data never enter `fit`; the fitted values are saved beside the split they belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Normalizer:
+    """sklearn-style: `fit` learns the attributes ending in `_` and returns self."""
+
+    def fit(self, leaf_features: np.ndarray, latency_s: np.ndarray) -> "Normalizer":
+        """leaf_features: (n_leaves, F) of the training programs; latency_s: training labels."""
+        from scipy import stats
+
+        x = np.asarray(leaf_features, dtype=np.float64)
+        y = np.asarray(latency_s, dtype=np.float64)
+        if x.ndim != 2 or not len(x):
+            raise ValueError("fit needs a non-empty (n_leaves, n_features) array")
+        if not len(y) or np.any(~np.isfinite(y)) or np.any(y <= 0):
+            raise ValueError("fit needs positive, finite training latencies")
+        self.feature_min_ = x.min(axis=0)
+        self.feature_max_ = x.max(axis=0)
+        transformed, self.boxcox_lambda_ = stats.boxcox(y)
+        self.target_mean_ = float(transformed.mean())
+        self.target_std_ = float(transformed.std()) or 1.0
+        return self
+
+    def _check(self) -> None:
+        if not hasattr(self, "boxcox_lambda_"):
+            raise RuntimeError("this Normalizer is not fitted yet: call fit() first")
+
+    def transform_features(self, x: np.ndarray) -> np.ndarray:
+        self._check()
+        span = self.feature_max_ - self.feature_min_
+        safe = np.where(span > 0, span, 1.0)
+        return ((np.asarray(x, dtype=np.float64) - self.feature_min_) / safe).astype(np.float32)
+
+    def transform_target(self, latency_s: np.ndarray) -> np.ndarray:
+        self._check()
+        from scipy import special
+
+        z = special.boxcox(np.asarray(latency_s, dtype=np.float64), self.boxcox_lambda_)
+        return (z - self.target_mean_) / self.target_std_
+
+    def inverse_target(self, z: np.ndarray) -> np.ndarray:
+        self._check()
+        from scipy import special
+
+        t = np.asarray(z, dtype=np.float64) * self.target_std_ + self.target_mean_
+        return special.inv_boxcox(t, self.boxcox_lambda_)
+
+    def to_arrays(self) -> dict:
+        self._check()
+        return {"feature_min": self.feature_min_, "feature_max": self.feature_max_,
+                "target": np.array([self.boxcox_lambda_, self.target_mean_, self.target_std_])}
+
+    @classmethod
+    def from_arrays(cls, d) -> "Normalizer":
+        n = cls()
+        n.feature_min_, n.feature_max_ = np.asarray(d["feature_min"]), np.asarray(d["feature_max"])
+        n.boxcox_lambda_, n.target_mean_, n.target_std_ = (float(v) for v in d["target"])
+        return n
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, **self.to_arrays())
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Normalizer":
+        with np.load(path) as d:
+            return cls.from_arrays(d)
+
+
+def fit_on_split(store, split) -> Normalizer:
+    """Fit on the training side of `split` (samples and their programs' leaves) only."""
+    samples = store.samples()
+    train_rows, _ = split.rows(samples)
+    keys = samples.column("key").to_pylist()
+    latency = np.asarray(samples.column("latency_s").to_numpy())[train_rows]
+    train_keys = sorted({keys[i] for i in train_rows})
+    leaves = np.concatenate([store.program(k)[0] for k in train_keys])
+    normalizer = Normalizer().fit(leaves, latency)
+    normalizer.save(Path(store.path) / "splits" / f"{split.name}.norm.npz")
+    return normalizer

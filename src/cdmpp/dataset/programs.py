@@ -1,0 +1,63 @@
+"""`ProgramSet`: the input every estimator takes (cdmpp's transformer and the baselines).
+
+Programs are ragged: program i has n_i store leaves, each with a feature vector and its
+position in the pre-order serialization of the compact AST. Labels stay outside (`y`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ProgramSet:
+    leaf_features: tuple  # n arrays, each float32 (n_i, F), raw (un-normalized) features
+    leaf_pos: tuple  # n arrays, each int32 (n_i,)
+    device: np.ndarray | None = None  # float32 (n, D) device vectors, or None (one device)
+    task: tuple | None = None  # n task names (for per-task metrics), or None
+
+    def __post_init__(self):
+        if len(self.leaf_features) != len(self.leaf_pos):
+            raise ValueError("leaf_features and leaf_pos must have one entry per program")
+        if self.device is not None and len(self.device) != len(self.leaf_features):
+            raise ValueError("device must have one row per program")
+
+    def __len__(self) -> int:
+        return len(self.leaf_features)
+
+    def subset(self, rows) -> "ProgramSet":
+        rows = np.asarray(rows, dtype=np.int64)
+        return ProgramSet(tuple(self.leaf_features[i] for i in rows),
+                          tuple(self.leaf_pos[i] for i in rows),
+                          None if self.device is None else self.device[rows],
+                          None if self.task is None else tuple(self.task[i] for i in rows))
+
+    @property
+    def n_features(self) -> int:
+        return int(self.leaf_features[0].shape[1]) if len(self) else 0
+
+    def padded(self, max_leaves: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features (n, L, F), positions (n, L), mask (n, L) True where a leaf is real)."""
+        counts = np.array([len(f) for f in self.leaf_features])
+        width = int(max_leaves or (counts.max() if len(counts) else 0))
+        if len(counts) and counts.max() > width:
+            raise ValueError(f"a program has {counts.max()} leaves, more than {width}")
+        feats = np.zeros((len(self), width, self.n_features), dtype=np.float32)
+        pos = np.zeros((len(self), width), dtype=np.int64)
+        mask = np.zeros((len(self), width), dtype=bool)
+        for i, (f, p) in enumerate(zip(self.leaf_features, self.leaf_pos)):
+            feats[i, :len(f)] = f
+            pos[i, :len(p)] = p
+            mask[i, :len(f)] = True
+        return feats, pos, mask
+
+    def summed(self) -> np.ndarray:
+        """TenSet-style program vector: per-store features summed over the leaves, plus the
+        leaf count. (n, F + 1)"""
+        out = np.zeros((len(self), self.n_features + 1), dtype=np.float64)
+        for i, f in enumerate(self.leaf_features):
+            out[i, :-1] = f.sum(axis=0)
+            out[i, -1] = len(f)
+        return out

@@ -1,0 +1,155 @@
+"""`cdmpp features`: turn databases into a feature store, incrementally and in parallel."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdmpp.features.samples import device_id_of, sample_row, schema
+from cdmpp.features.store import FAILURES_FILE, SAMPLES_FILE, FeatureStore, program_key, write_shard
+from cdmpp.measure.database import find_databases, load_database
+
+_CHUNK = 32  # records per extraction job: one workload decode serves the whole chunk
+
+
+@dataclass
+class BuildReport:
+    databases: int = 0
+    records: int = 0
+    extracted: int = 0
+    reused: int = 0  # programs already in the store (same key)
+    failures: list = field(default_factory=list)  # {"db", "record_index", "line", "reason"}
+
+    def __str__(self) -> str:
+        lines = [f"{self.records} records from {self.databases} databases: {self.extracted} "
+                 f"programs extracted, {self.reused} already in the store, "
+                 f"{len(self.failures)} failed"]
+        kinds: dict[str, int] = {}
+        for f in self.failures:
+            kind = f["reason"].split(":")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {n} x {kind}")
+        return "\n".join(lines)
+
+
+def _extract_chunk(records) -> list:
+    """Worker: features of records sharing one workload. Returns (key, arrays | error)."""
+    from cdmpp.features import FEATURE_VERSION, extract
+    from cdmpp.features.programs import measured_module
+
+    out = []
+    workload_mod = records[0].workload.mod()
+    for rec in records:
+        key = program_key(rec, FEATURE_VERSION)
+        try:
+            mod = measured_module(rec, workload_mod)
+            out.append((key, rec.record_index, extract(mod, rec.target), None))
+        except Exception as e:  # noqa: BLE001 - reported per record, never stops the rest
+            out.append((key, rec.record_index, None, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def _db_context(path: Path) -> dict:
+    tasks = path / "tasks.json"
+    return json.loads(tasks.read_text()) if tasks.exists() else {}
+
+
+def _chunks(records):
+    by_workload: dict[str, list] = {}
+    for rec in records:
+        by_workload.setdefault(rec.workload.shash, []).append(rec)
+    for recs in by_workload.values():
+        for i in range(0, len(recs), _CHUNK):
+            yield recs[i:i + _CHUNK]
+
+
+def build_store(db_paths, out: str | Path, *, workers: int | None = None,
+                progress: bool = True) -> BuildReport:
+    """Add every record of the databases under `db_paths` to the store at `out`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    from cdmpp.features import FEATURE_VERSION
+    from cdmpp.measure.database import write_text_atomic
+    from cdmpp.tvm_env import import_tvm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = FeatureStore(out)
+    report = BuildReport()
+    rows, todo, pending = [], [], set()
+    for root in db_paths:
+        for path in find_databases(root):
+            report.databases += 1
+            db = load_database(path, strict=False)
+            for s in db.skipped:
+                report.failures.append({"db": str(path), "record_index": None, "line": s.line,
+                                        "reason": f"bad line: {s.reason}"})
+            tasks_json, device_id = _db_context(path), None
+            for rec in db.records:
+                report.records += 1
+                device_id = device_id or device_id_of(path, rec.target)
+                key = program_key(rec, FEATURE_VERSION)
+                rows.append(sample_row(rec, key, device_id, tasks_json))
+                if key in store.keys or key in pending:
+                    report.reused += key in store.keys
+                    continue
+                pending.add(key)
+                todo.append(rec)
+
+    results = []
+    if todo:
+        import_tvm()  # before forking: the workers inherit it
+        chunks = list(_chunks(todo))
+        bar = tqdm(total=len(todo), unit="prog", disable=not progress, file=sys.stderr,
+                   desc="extracting")
+        n_workers = workers or len(os.sched_getaffinity(0))
+        if n_workers <= 1:
+            for chunk in chunks:
+                results += _extract_chunk(chunk)
+                bar.update(len(chunk))
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
+                futures = [pool.submit(_extract_chunk, chunk) for chunk in chunks]
+                for fut in as_completed(futures):
+                    part = fut.result()
+                    results += part
+                    bar.update(len(part))
+        bar.close()
+
+    good = {key: ast for key, _, ast, error in results if error is None}
+    errors = {key: error for key, _, _, error in results if error is not None}
+    failed_keys = set(errors)
+    for rec in todo:
+        key = program_key(rec, FEATURE_VERSION)
+        if key in errors:
+            report.failures.append({"db": rec.db, "record_index": rec.record_index,
+                                    "line": rec.record_index + 1, "reason": errors[key]})
+    if good:
+        shard_dir = out / "shards"
+        shard_dir.mkdir(exist_ok=True)
+        n = len([p for p in shard_dir.iterdir() if not p.name.endswith(".tmp")])
+        keys = sorted(good)
+        write_shard(shard_dir / f"{n:05d}", keys, [good[k] for k in keys])
+        report.extracted = len(keys)
+
+    # samples: replace rows of the same (db, record_index), keep the others
+    new = [r for r in rows if r["key"] not in failed_keys]
+    fresh = {(r["db"], r["record_index"]) for r in new}
+    old = [r for r in store.samples().to_pylist() if (r["db"], r["record_index"]) not in fresh]
+    table = pa.Table.from_pylist(old + new, schema=schema())
+    tmp = out / f".{SAMPLES_FILE}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, out / SAMPLES_FILE)
+    if report.failures:
+        write_text_atomic(out / FAILURES_FILE,
+                          "".join(json.dumps(f) + "\n" for f in report.failures))
+    return report

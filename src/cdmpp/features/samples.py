@@ -1,0 +1,62 @@
+"""The samples table: one row per measured record, pointing at its program's features."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SCHEMA_FIELDS = (
+    ("key", "string"),  # program key (features row)
+    ("db", "string"),  # database directory, as given
+    ("record_index", "int64"),  # line in database_tuning_record.json
+    ("device_id", "string"),  # device.json id, else "<mcpu>/<num-cores>" of the record's target
+    ("task", "string"),  # workload name, else its structural hash
+    ("op", "string"),
+    ("networks", "string"),  # comma-separated
+    ("workload_shash", "string"),
+    ("latency_s", "float64"),
+    ("noise_rel", "float64"),  # gap of the two best passes (NaN with one pass)
+    ("pass_to_pass_rel", "float64"),  # first vs second pass (NaN with one pass)
+)
+
+
+def schema():
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, kind)()) for name, kind in SCHEMA_FIELDS])
+
+
+def empty_samples():
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([], schema=schema())
+
+
+def device_id_of(db_path: str | Path, target: dict) -> str:
+    device_file = Path(db_path) / "device.json"
+    if device_file.exists():
+        return json.loads(device_file.read_text())["device_id"]
+    return f"{target.get('mcpu', '?')}/{target.get('num-cores', '?')}"
+
+
+def task_info(record, tasks_json: dict) -> tuple[str, str, str]:
+    """(task name, op family, networks) of a record, the catalog being the authority."""
+    from cdmpp.programs.catalog import catalog
+
+    name = record.workload.name or record.workload.shash
+    known = {t.name: t for t in catalog()}
+    if name in known:
+        return name, known[name].op, ",".join(known[name].networks)
+    info = tasks_json.get(record.workload.shash, {})
+    return name, info.get("op", ""), ",".join(info.get("networks", []))
+
+
+def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
+    task, op, networks = task_info(record, tasks_json)
+    m = record.measurement
+    nan = float("nan")
+    return {"key": key, "db": record.db, "record_index": record.record_index,
+            "device_id": device_id, "task": task, "op": op, "networks": networks,
+            "workload_shash": record.workload.shash, "latency_s": m.latency_s,
+            "noise_rel": m.noise_rel if m.noise_rel is not None else nan,
+            "pass_to_pass_rel": m.pass_to_pass_rel if m.pass_to_pass_rel is not None else nan}

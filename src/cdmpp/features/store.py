@@ -1,0 +1,141 @@
+"""The feature store: compact ASTs of measured programs, on disk, read out of core.
+
+Layout of a store directory:
+  shards/NNNNN/           one per extraction run (written to a temp dir, then renamed)
+    keys.json             program keys, one per program row
+    leaf_features.npy     float32 (n_leaves_total, 164)
+    leaf_pos.npy          int32   (n_leaves_total,)
+    leaf_offsets.npy      int64   (n_programs + 1,)  program i owns rows offsets[i]:offsets[i+1]
+    node_kind.npy, node_parent.npy, node_extent.npy, node_offsets.npy   the trees
+  samples.parquet         one row per measured record: which program, label, noise, task, ...
+  failures.jsonl          records that could not be featurized (db, record, reason)
+  splits/                 saved splits and the normalizers fitted on their training side
+
+A program's key hashes what determines its features: the extractor VERSION, the workload, the
+trace (or the measured module when the trace does not replay to it) and the target. The same
+program measured on two devices is one program row with two samples. Reading never needs TVM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+LEAF_ARRAYS = ("leaf_features", "leaf_pos")
+NODE_ARRAYS = ("node_kind", "node_parent", "node_extent")
+SAMPLES_FILE = "samples.parquet"
+FAILURES_FILE = "failures.jsonl"
+
+
+def _tvm_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("apache-tvm")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def program_key(record, feature_version: str) -> str:
+    """Content key of a record's program for one extractor version (no TVM needed).
+
+    TVM's version is part of it: TVM computes the per-store rows, an upgrade may change them.
+    """
+    module_ref = record.meta.get("mod_shash") if record.meta.get("measured_module") else None
+    payload = [feature_version, _tvm_version(), record.workload.shash, record.trace_json, module_ref,
+               {k: record.target.get(k) for k in ("kind", "mcpu", "num-cores")}]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard, memory-mapped."""
+
+    path: Path
+    keys: tuple[str, ...]
+    arrays: dict
+
+    @classmethod
+    def open(cls, path: Path) -> "Shard":
+        keys = tuple(json.loads((path / "keys.json").read_text()))
+        arrays = {f.stem: np.load(f, mmap_mode="r") for f in path.glob("*.npy")}
+        return cls(path, keys, arrays)
+
+    def leaves(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.arrays["leaf_offsets"][row], self.arrays["leaf_offsets"][row + 1]
+        return self.arrays["leaf_features"][lo:hi], self.arrays["leaf_pos"][lo:hi]
+
+    def n_leaves(self) -> np.ndarray:
+        return np.diff(self.arrays["leaf_offsets"])
+
+
+def write_shard(path: Path, keys: list[str], asts: list) -> None:
+    """Write compact ASTs as one shard: temp directory, fsync, rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    parts = [a.to_arrays() for a in asts]
+    for names, offsets_name, count in ((LEAF_ARRAYS, "leaf_offsets", "leaf_pos"),
+                                       (NODE_ARRAYS, "node_offsets", "node_kind")):
+        sizes = [len(p[count]) for p in parts]
+        np.save(tmp / f"{offsets_name}.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+        for name in names:
+            np.save(tmp / f"{name}.npy", np.concatenate([p[name] for p in parts]) if parts
+                    else np.zeros((0,), np.float32))
+    (tmp / "keys.json").write_text(json.dumps(keys))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class FeatureStore:
+    """A store directory, opened for reading (and growing, with `features.build`)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        shard_dir = self.path / "shards"
+        self.shards = [Shard.open(p) for p in sorted(shard_dir.glob("[0-9]*"))
+                       if not p.name.endswith(".tmp")] if shard_dir.exists() else []
+        self._row_of = {}
+        for s, shard in enumerate(self.shards):
+            for r, key in enumerate(shard.keys):
+                self._row_of[key] = (s, r)
+
+    @property
+    def keys(self) -> set[str]:
+        return set(self._row_of)
+
+    def samples(self):
+        """The samples table (pyarrow), one row per measured record."""
+        import pyarrow.parquet as pq
+
+        path = self.path / SAMPLES_FILE
+        if not path.exists():
+            from cdmpp.features.samples import empty_samples
+
+            return empty_samples()
+        return pq.read_table(path)
+
+    def program(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(leaf_features (n, 164), leaf_pos (n,)) of one program."""
+        s, r = self._row_of[key]
+        return self.shards[s].leaves(r)
+
+    def programs(self, keys) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [self.program(k) for k in keys]
+
+    def n_leaves(self, keys) -> np.ndarray:
+        counts = {}
+        for s, shard in enumerate(self.shards):
+            n = shard.n_leaves()
+            for r, key in enumerate(shard.keys):
+                counts[key] = n[r]
+        return np.array([counts[k] for k in keys], dtype=np.int64)

@@ -1,0 +1,125 @@
+"""XGBoost and MLP baselines on synthetic programs whose latency is a known function of the
+summed features: fitting must beat predicting the mean by far."""
+
+import numpy as np
+import pytest
+
+from cdmpp.baselines import MLPBaseline, XGBBaseline, make_baseline, program_vectors
+from cdmpp.dataset.programs import ProgramSet
+from cdmpp.evaluate.metrics import mape
+
+N_FEATURES = 164
+# Small settings for 500 programs; shallow trees suit the additive synthetic target.
+FAST = {"xgb": dict(n_estimators=300, max_depth=2, learning_rate=0.2, nthread=1),
+        "mlp": dict(hidden=(64, 64), epochs=60, batch_size=64, nthread=1)}
+
+
+def synthetic(n, device_dim=0, seed=0):
+    """ln(latency_s) = w . summed features + 0.2 * leaves (+ a device offset) + noise."""
+    rng = np.random.default_rng(seed)
+    w = np.random.default_rng(99).normal(0, 1, N_FEATURES) / np.sqrt(N_FEATURES)
+    active = np.random.default_rng(98).random(N_FEATURES) < 0.1  # sparse, like real features
+    feats = []
+    for _ in range(n):
+        k = int(rng.integers(1, 5))
+        feats.append((rng.random((k, N_FEATURES)) * 4 * active).astype(np.float32))
+    pos = tuple(np.arange(len(f), dtype=np.int32) for f in feats)
+    summed = ProgramSet(tuple(feats), pos).summed()
+    log_y = -9.0 + summed[:, :-1] @ w + 0.2 * summed[:, -1] + rng.normal(0, 0.03, n)
+    device = None
+    if device_dim:
+        which = rng.integers(0, 3, n)
+        device = np.eye(3, device_dim, dtype=np.float32)[which]
+        log_y += 0.7 * which
+    tasks = tuple(f"t{i}" for i in rng.integers(0, 5, n))
+    return ProgramSet(tuple(feats), pos, device, tasks), np.exp(log_y)
+
+
+@pytest.fixture(scope="module", params=[0, 4], ids=["no-device", "device"])
+def data(request):
+    train, y_train = synthetic(500, request.param, seed=1)
+    test, y_test = synthetic(150, request.param, seed=2)
+    return train, y_train, test, y_test
+
+
+@pytest.fixture(scope="module", params=["xgb", "mlp"])
+def fitted(request, data):
+    import torch
+
+    torch.set_num_threads(1)
+    train, y_train, _, _ = data
+    return request.param, make_baseline(request.param, **FAST[request.param]).fit(train, y_train)
+
+
+def test_fit_beats_predicting_the_mean(fitted, data):
+    kind, model = fitted
+    _, y_train, test, y_test = data
+    mean_mape = mape(y_test, np.full(len(y_test), np.exp(np.log(y_train).mean())))
+    model_mape = mape(y_test, model.predict(test))
+    # Observed: mean ~1.3, xgb ~0.27, mlp ~0.05.
+    assert model_mape < mean_mape / 3, (kind, model_mape, mean_mape)
+    assert model.score(test, y_test) == pytest.approx(-model_mape)
+
+
+def test_save_load_gives_identical_predictions(fitted, data, tmp_path):
+    kind, model = fitted
+    test = data[2]
+    path = model.save(tmp_path / kind)
+    loaded = type(model).load(path)
+    np.testing.assert_array_equal(loaded.predict(test), model.predict(test))
+    assert loaded.get_params() == model.get_params()
+
+
+def test_inputs_must_match_what_fit_saw(fitted, data):
+    _, model = fitted
+    test = data[2]
+    flipped = (ProgramSet(test.leaf_features, test.leaf_pos)
+               if test.device is not None else
+               ProgramSet(test.leaf_features, test.leaf_pos, np.ones((len(test), 4), np.float32)))
+    with pytest.raises(ValueError, match="device vectors"):
+        model.predict(flipped)
+
+
+@pytest.mark.parametrize("cls", [XGBBaseline, MLPBaseline])
+def test_predict_before_fit_raises(cls, data):
+    with pytest.raises(RuntimeError, match="not fitted"):
+        cls().predict(data[2])
+    with pytest.raises(RuntimeError, match="not fitted"):
+        cls().save("/nonexistent/never-written")
+
+
+def test_program_vectors_append_device(data):
+    train = data[0]
+    x = program_vectors(train)
+    extra = 0 if train.device is None else train.device.shape[1]
+    assert x.shape == (len(train), N_FEATURES + 1 + extra)
+
+
+def test_mlp_is_deterministic_for_a_seed(data):
+    train, y_train, test, _ = data
+    kw = dict(hidden=(16,), epochs=3, nthread=1, seed=5)
+    a = MLPBaseline(**kw).fit(train, y_train).predict(test)
+    b = MLPBaseline(**kw).fit(train, y_train).predict(test)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_eval_set_and_early_stopping(data):
+    train, y_train, test, y_test = data
+    with pytest.raises(ValueError, match="eval_set"):
+        XGBBaseline(early_stopping_rounds=5, nthread=1).fit(train, y_train)
+    xgb = XGBBaseline(n_estimators=300, early_stopping_rounds=5, learning_rate=0.3,
+                      nthread=1).fit(train, y_train, eval_set=(test, y_test))
+    assert xgb.best_iteration_ < 299
+    mlp = MLPBaseline(hidden=(16,), epochs=4, nthread=1).fit(train, y_train,
+                                                             eval_set=(test, y_test))
+    assert len(mlp.history_["eval_loss"]) == 4
+
+
+def test_bad_labels_and_unknown_name(data):
+    train, y_train = data[0], data[1]
+    with pytest.raises(ValueError, match="positive"):
+        XGBBaseline(nthread=1).fit(train, -y_train)
+    with pytest.raises(ValueError, match="one latency per program"):
+        MLPBaseline().fit(train, y_train[:-1])
+    with pytest.raises(ValueError, match="unknown baseline"):
+        make_baseline("svm")

@@ -1,0 +1,50 @@
+"""Normalizers are fitted on the training side only: test data cannot move them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cdmpp.dataset.normalize import Normalizer, fit_on_split
+from cdmpp.dataset.splits import make_split
+from cdmpp.features.build import build_store
+from cdmpp.features.store import FeatureStore
+
+
+def test_boxcox_round_trip_and_unfitted_error():
+    y = np.array([1e-5, 3e-4, 2e-3, 0.1])
+    n = Normalizer().fit(np.random.default_rng(0).random((10, 4)), y)
+    assert n.inverse_target(n.transform_target(y)) == pytest.approx(y, rel=1e-9)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        Normalizer().transform_target(y)
+
+
+def test_test_data_do_not_influence_the_normalizer(fixture_dbs, tmp_path, monkeypatch):
+    build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    split = make_split(store.samples(), "by-network:resnet18")
+    clean = fit_on_split(store, split).to_arrays()
+
+    # poison every test sample: huge latencies, and huge features for test-only programs
+    samples = store.samples()
+    _, test_rows = split.rows(samples)
+    latency = np.asarray(samples.column("latency_s")).copy()
+    latency[test_rows] *= 1000.0
+    poisoned = samples.set_column(samples.schema.get_field_index("latency_s"), "latency_s",
+                                  pa.array(latency))
+    keys = samples.column("key").to_pylist()
+    train_rows, _ = split.rows(samples)
+    train_keys = {keys[i] for i in train_rows}
+    real_program = store.program
+    monkeypatch.setattr(store, "samples", lambda: poisoned)
+    monkeypatch.setattr(store, "program", lambda k: real_program(k) if k in train_keys
+                        else (real_program(k)[0] * 0 + 1e9, real_program(k)[1]))
+    leaked = fit_on_split(store, split).to_arrays()
+    for name in clean:
+        np.testing.assert_array_equal(clean[name], leaked[name])
+    # and the check itself is sharp: poisoning the training side does move it
+    monkeypatch.setattr(store, "program", lambda k: (real_program(k)[0] * 0 + 1e9,
+                                                     real_program(k)[1]))
+    assert not np.array_equal(fit_on_split(store, split).to_arrays()["feature_max"],
+                              clean["feature_max"])

@@ -1,0 +1,61 @@
+"""Splits: disjoint, reproducible, whole networks held out, shared tasks on neither side."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdmpp.dataset.splits import Split, make_split, network_split
+from cdmpp.features.build import build_store
+from cdmpp.features.store import FeatureStore
+
+
+@pytest.fixture
+def store(fixture_dbs, tmp_path):
+    build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    return FeatureStore(tmp_path / "store")
+
+
+def _tasks(samples, ids):
+    index = {(d, r): t for d, r, t in zip(samples.column("db").to_pylist(),
+                                          samples.column("record_index").to_pylist(),
+                                          samples.column("task").to_pylist())}
+    return {index[i] for i in ids}
+
+
+def test_random_split_holds_out_a_share_of_every_task(store):
+    samples = store.samples()
+    split = make_split(samples, "random", seed=1)
+    assert not set(split.train) & set(split.test)
+    assert len(split.train) + len(split.test) == samples.num_rows
+    assert _tasks(samples, split.test) == _tasks(samples, split.train)  # within tasks
+
+
+def test_by_network_holds_out_whole_networks(store):
+    samples = store.samples()
+    split = make_split(samples, "by-network:resnet18")
+    assert _tasks(samples, split.test) == {"addrelu_1x64x56x56"}
+    assert "addrelu_1x64x56x56" not in _tasks(samples, split.train)
+
+
+def test_shared_tasks_go_to_neither_side_unless_asked(store):
+    samples = store.samples()
+    split = network_split(samples, ["gpt2"])  # every gpt2 task here is also a bert_base task
+    assert split.test == () and len(split.excluded) == 8
+    assert _tasks(samples, split.train) == {"addrelu_1x64x56x56"}
+    assert len(network_split(samples, ["gpt2"], shared="test").test) == 8
+
+
+def test_saved_split_reloads_identically(store):
+    split = make_split(store.samples(), "by-task", seed=3)
+    split.save(store.path)
+    again = Split.load(store.path, split.name)
+    assert again == split
+    train, test = again.rows(store.samples())
+    assert len(train) == len(split.train) and len(test) == len(split.test)
+
+
+def test_bad_specs_are_clear(store):
+    with pytest.raises(ValueError, match="alexnet"):
+        make_split(store.samples(), "by-network:alexnet")
+    with pytest.raises(ValueError, match="unknown split"):
+        make_split(store.samples(), "sideways")
