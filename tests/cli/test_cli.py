@@ -34,3 +34,17 @@ def test_db_reports_bad_lines(dense_db, capsys):
     assert main(["db", str(dense_db)]) == 0
     out = capsys.readouterr().out
     assert "1 bad lines skipped" in out and ":5:" in out
+
+
+def test_features_then_split(fixture_dbs, tmp_path, capsys):
+    store = tmp_path / "store"
+    args = ["features", "--out", str(store), "--workers", "1", "--no-progress"]
+    for db in fixture_dbs:
+        args += ["--db", str(db)]
+    assert main(args) == 0
+    assert "12 records from 3 databases" in capsys.readouterr().out
+    assert main(["split", "--store", str(store), "--split", "by-network:resnet18"]) == 0
+    out = capsys.readouterr().out
+    assert "8 train, 4 test" in out
+    assert (store / "splits" / "by-network-resnet18.json").exists()
+    assert (store / "splits" / "by-network-resnet18.norm.npz").exists()

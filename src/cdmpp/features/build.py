@@ -41,15 +41,15 @@ class BuildReport:
 def _extract_chunk(records) -> list:
     """Worker: features of records sharing one workload. Returns (key, arrays | error)."""
     from cdmpp.features import FEATURE_VERSION, extract
-    from cdmpp.features.programs import measured_module
+    from cdmpp.features.programs import measured_program
 
     out = []
     workload_mod = records[0].workload.mod()
     for rec in records:
         key = program_key(rec, FEATURE_VERSION)
         try:
-            mod = measured_module(rec, workload_mod)
-            out.append((key, rec.record_index, extract(mod, rec.target), None))
+            program = measured_program(rec, workload_mod)
+            out.append((key, rec.record_index, extract(program, rec.target), None))
         except Exception as e:  # noqa: BLE001 - reported per record, never stops the rest
             out.append((key, rec.record_index, None, f"{type(e).__name__}: {e}"))
     return out

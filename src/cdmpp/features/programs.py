@@ -17,9 +17,11 @@ class UnfaithfulRecord(ValueError):
     """The record's program cannot be rebuilt as it was measured."""
 
 
-def measured_module(record, workload_mod=None):
-    """The IRModule that `record` timed (imports TVM)."""
+def measured_program(record, workload_mod=None):
+    """The program that `record` timed: a `Schedule` when its trace was replayed (what the
+    feature extractor takes cheapest), else the IRModule. Imports TVM."""
     meta = record.meta
+    program = None
     if meta.get("measured_module"):
         text = (Path(record.db) / meta["measured_module"]).read_text()
         mod = tvm_codec.load_module(text)
@@ -28,11 +30,12 @@ def measured_module(record, workload_mod=None):
         insts = record.trace_json[0] if record.trace_json else []
         if insts:
             try:
-                mod = tvm_codec.replay_trace(mod, record.trace_json).mod
+                program = tvm_codec.replay_trace(mod, record.trace_json)
             except Exception as e:  # noqa: BLE001 - any replay error makes the record unusable
                 raise UnfaithfulRecord(f"its trace does not replay: {type(e).__name__}: {e}")
+            mod = program.mod
     expected = meta.get("mod_shash")
     if expected is not None and tvm_codec.structural_hash(mod) != expected:
         raise UnfaithfulRecord("replaying its trace gives a different module than the one "
                                f"measured (structural hash {expected})")
-    return mod
+    return program if program is not None else mod

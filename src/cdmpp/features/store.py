@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-LEAF_ARRAYS = ("leaf_features", "leaf_pos")
+LEAF_ARRAYS = ("leaf_features", "leaf_pos", "leaf_node")
 NODE_ARRAYS = ("node_kind", "node_parent", "node_extent")
 SAMPLES_FILE = "samples.parquet"
 FAILURES_FILE = "failures.jsonl"
