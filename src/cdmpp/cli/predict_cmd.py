@@ -1,0 +1,43 @@
+"""`cdmpp predict`: predicted latency of every program in TVM JSON databases, as CSV."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "predict", help="predict the latency of every record of TVM JSON databases",
+        description="Predict every record of the given TVM JSON databases (any database, "
+                    "including one written by TVM's own tuner) and write one CSV row per "
+                    "record: db,record_index,workload_hash,predicted_latency_s,"
+                    "measured_latency_s. Lines that are not records, or whose features cannot "
+                    "be extracted, are reported on stderr and skipped.")
+    p.add_argument("--model", default="default", metavar="MODEL",
+                   help="default (the shipped cdmpp model), xgb, mlp, or a directory written "
+                        "by save_estimator (default: %(default)s)")
+    p.add_argument("--db", action="append", required=True, metavar="DIR",
+                   help="a database directory, or a folder of them (repeatable)")
+    p.add_argument("--out", required=True, metavar="CSV", help="where to write the predictions")
+    p.add_argument("--store", default=None, metavar="CACHE",
+                   help="feature store used as a cache (default: $XDG_CACHE_HOME/cdmpp/features "
+                        "or ~/.cache/cdmpp/features)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="feature-extraction processes (default: all cores)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from cdmpp.model.registry import load_estimator
+    from cdmpp.predict import predict_databases, write_predictions_csv
+
+    model = load_estimator(args.model)  # first: a bad --model fails before any extraction
+    result = predict_databases(model, args.db, store=args.store, workers=args.workers,
+                               progress=not args.no_progress and sys.stderr.isatty())
+    for skipped in result.skipped:
+        print(f"skipped {skipped}", file=sys.stderr)
+    path = write_predictions_csv(result, args.out)
+    print(result.summary())
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,124 @@
+"""`cdmpp train` and `cdmpp eval`: fit the CDMPP model; compare it with the baselines."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def _common(p) -> None:
+    p.add_argument("--data", action="append", required=True, metavar="DIR",
+                   help="TVM JSON database, or a folder of them (repeatable)")
+    p.add_argument("--store", default=None, metavar="CACHE",
+                   help="feature store (default: ~/.cache/cdmpp/features)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None, help="feature extraction processes")
+
+
+def add_parser(subparsers) -> None:
+    t = subparsers.add_parser("train", help="train the CDMPP model on databases")
+    _common(t)
+    t.add_argument("--out", required=True, metavar="MODEL_DIR")
+    t.add_argument("--split", default=None,
+                   help="random | by-task | by-network:NAME,...: train on its training side and "
+                        "report its test side (default: train on everything)")
+    t.set_defaults(run=run_train)
+    e = subparsers.add_parser("eval", help="train cdmpp and the baselines on a split; compare")
+    _common(e)
+    e.add_argument("--split", required=True,
+                   help="random | by-task | by-network:NAME,... | by-device:ID,...")
+    e.add_argument("--models", default="cdmpp,xgb,mlp")
+    e.add_argument("--report-dir", default="cdmpp-eval", help="PNG plots + markdown report here")
+    e.set_defaults(run=run_eval)
+
+
+def _store(args):
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.predict import default_store_dir
+
+    path = Path(args.store) if args.store else default_store_dir()
+    print(build_store(args.data, path, workers=args.workers), file=sys.stderr)
+    return FeatureStore(path)
+
+
+def _train_config(args):
+    from dataclasses import replace
+
+    from cdmpp.model.config import TrainConfig
+
+    config = replace(TrainConfig(), seed=args.seed)
+    return replace(config, epochs=args.epochs) if args.epochs else config
+
+
+def _table_row(name: str, m: dict) -> str:
+    return (f"{name}: MAPE {100 * m['mape']:.1f}%, median APE {100 * m['median_ape']:.1f}%, "
+            f"within ±10% {100 * m['within_10']:.1f}%, top-1 {m['top1']:.3f}")
+
+
+def run_train(args) -> int:
+    from cdmpp.dataset.loader import labeled
+    from cdmpp.dataset.splits import make_split
+    from cdmpp.evaluate.metrics import summary
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.registry import save_estimator
+
+    store = _store(args)
+    samples = store.samples()
+    if not samples.num_rows:
+        raise ValueError("the given databases hold no usable record")
+    import numpy as np
+
+    if args.split:
+        split = make_split(samples, args.split, seed=args.seed)
+        split.save(store.path)
+        train_rows, test_rows = split.rows(samples)
+    else:
+        split, train_rows, test_rows = None, np.arange(samples.num_rows), np.zeros(0, np.int64)
+    train = labeled(store, samples, train_rows)
+    checkpoints = Path(args.out).with_name(Path(args.out).name + ".partial")
+    model = CDMPPRegressor(train_config=_train_config(args), checkpoint_dir=str(checkpoints),
+                           progress=True)
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    model.fit(train.programs, train.latency_s)
+    trained_on = {"data": args.data, "records": int(len(train_rows)),
+                  "split": split.name if split else None}
+    save_estimator(model, args.out, trained_on=trained_on)
+    import shutil
+
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    print(f"saved {args.out} (trained on {len(train_rows)} records)")
+    if len(test_rows):
+        test = labeled(store, samples, test_rows)
+        result = summary(test.latency_s, model.predict(test.programs), test.programs.task)
+        print(_table_row(f"test side of {split.name} ({len(test_rows)} records)", result))
+    return 0
+
+
+def run_eval(args) -> int:
+    from cdmpp.dataset.splits import make_split
+    from cdmpp.evaluate import report
+    from cdmpp.evaluate.run import compare
+
+    store = _store(args)
+    split = make_split(store.samples(), args.split, seed=args.seed)
+    split.save(store.path)
+    models = [m for m in args.models.split(",") if m]
+    result = compare(store, split, models, train_config=_train_config(args), progress=True,
+                     log=lambda msg: print(msg, file=sys.stderr))
+    table = report.comparison_table(result.results, result.noise_floor())
+    print(f"split {split.name}: {len(split.train)} train, {len(split.test)} test records")
+    print(table)
+    out = Path(args.report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figures = [report.plot_predicted_vs_measured(result.y_true, result.predictions,
+                                                 out / "predicted_vs_measured.png"),
+               report.plot_error_cdf(result.y_true, result.predictions, out / "error_cdf.png")]
+    info = {"split": split.name, "train records": len(split.train),
+            "test records": len(split.test),
+            "train seconds": {k: round(v, 1) for k, v in result.train_seconds.items()}}
+    path = report.markdown_report(f"cdmpp eval: {split.name}", info, table, figures,
+                                  out / "report.md")
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,42 @@
+"""From a feature store to what estimators take: `ProgramSet`s and labels (no TVM)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cdmpp.dataset.programs import ProgramSet
+
+
+@dataclass(frozen=True)
+class LabeledPrograms:
+    programs: ProgramSet
+    latency_s: np.ndarray  # (n,) labels
+    noise_rel: np.ndarray  # (n,) label noise of each record (NaN when unknown)
+    rows: np.ndarray  # (n,) row numbers in the samples table
+
+
+def programs_for_rows(store, samples, rows) -> ProgramSet:
+    """The programs of samples-table rows, in that order."""
+    rows = np.asarray(rows, dtype=np.int64)
+    keys = samples.column("key").to_pylist()
+    tasks = samples.column("task").to_pylist()
+    pairs = store.programs([keys[i] for i in rows])
+    return ProgramSet(tuple(np.asarray(f) for f, _ in pairs),
+                      tuple(np.asarray(p) for _, p in pairs),
+                      None, tuple(tasks[i] for i in rows))
+
+
+def labeled(store, samples, rows) -> LabeledPrograms:
+    rows = np.asarray(rows, dtype=np.int64)
+    latency = np.asarray(samples.column("latency_s").to_numpy())[rows]
+    noise = np.asarray(samples.column("noise_rel").to_numpy(zero_copy_only=False))[rows]
+    return LabeledPrograms(programs_for_rows(store, samples, rows), latency, noise, rows)
+
+
+def split_data(store, split) -> tuple[LabeledPrograms, LabeledPrograms]:
+    """(train, test) of a saved split."""
+    samples = store.samples()
+    train_rows, test_rows = split.rows(samples)
+    return labeled(store, samples, train_rows), labeled(store, samples, test_rows)

@@ -1,0 +1,64 @@
+"""Train cdmpp and the baselines on one split and compare them on its test side."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cdmpp.dataset.loader import split_data
+from cdmpp.evaluate.metrics import summary
+from cdmpp.model.config import ModelConfig, TrainConfig
+
+MODELS = ("cdmpp", "xgb", "mlp")
+
+
+@dataclass
+class Comparison:
+    split: object
+    y_true: np.ndarray  # test labels
+    noise_rel: np.ndarray  # test label noise per record
+    predictions: dict = field(default_factory=dict)  # model -> predicted latency (s)
+    results: dict = field(default_factory=dict)  # model -> metrics.summary()
+    train_seconds: dict = field(default_factory=dict)
+    estimators: dict = field(default_factory=dict, repr=False)
+
+    def noise_floor(self) -> dict:
+        noise = self.noise_rel[np.isfinite(self.noise_rel)]
+        if not len(noise):
+            return {"median_ape": float("nan"), "within_10": float("nan"), "n": 0}
+        return {"median_ape": float(np.median(noise)), "within_10": float(np.mean(noise <= 0.10)),
+                "n": int(len(noise))}
+
+
+def make_estimator(name: str, model_config: ModelConfig | None, train_config: TrainConfig | None,
+                   progress: bool = False, checkpoint_dir=None):
+    if name == "cdmpp":
+        from cdmpp.model.estimator import CDMPPRegressor
+
+        return CDMPPRegressor(model_config, train_config, checkpoint_dir=checkpoint_dir,
+                              progress=progress)
+    from cdmpp.baselines import make_baseline
+
+    seed = train_config.seed if train_config else 0
+    return make_baseline(name, seed=seed)
+
+
+def compare(store, split, models=MODELS, model_config=None, train_config=None,
+            progress: bool = False, log=print) -> Comparison:
+    """Fit every model on the split's training side; predict its test side."""
+    train, test = split_data(store, split)
+    if not len(test.latency_s):
+        raise ValueError(f"split {split.name} has no test samples")
+    out = Comparison(split, test.latency_s, test.noise_rel)
+    for name in models:
+        log(f"training {name} on {len(train.latency_s)} programs ...")
+        start = time.perf_counter()
+        est = make_estimator(name, model_config, train_config, progress).fit(
+            train.programs, train.latency_s)
+        out.train_seconds[name] = time.perf_counter() - start
+        out.estimators[name] = est
+        out.predictions[name] = est.predict(test.programs)
+        out.results[name] = summary(test.latency_s, out.predictions[name], test.programs.task)
+    return out

@@ -1,0 +1,57 @@
+"""Model and training configurations: dataclasses saved in every checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_features: int = 164  # per-leaf feature vector (TVM's per-store features)
+    device_dim: int = 0  # device vector length; 0: single-device model, no device encoder
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 3
+    d_ff: int = 256
+    dropout: float = 0.05
+    max_position: int = 1024  # largest leaf position the sinusoidal encoding is built for
+    device_embed: int = 32
+    head_hidden: tuple = (256, 128)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["head_hidden"] = list(self.head_hidden)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        if "head_hidden" in d:
+            d["head_hidden"] = tuple(d["head_hidden"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 60
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup_epochs: int = 2  # linear warm-up, then cosine decay to lr * min_lr_ratio
+    min_lr_ratio: float = 0.02
+    grad_clip: float = 2.0
+    loss: str = "mse"  # "mse" on the standardized Box-Cox target, or "paper": 1000*MSE + MAPE
+    mape_weight: float = 0.0  # extra weight of MAPE on latency (differentiable inverse Box-Cox)
+    val_fraction: float = 0.1  # validation carved from the training side, by record
+    patience: int = 12  # epochs without validation improvement before stopping
+    seed: int = 0
+    threads: int | None = None  # torch threads (None: all cores)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})

@@ -1,0 +1,207 @@
+"""`CDMPPRegressor`: the CDMPP cost model with sklearn conventions.
+
+    model = CDMPPRegressor(train_config=TrainConfig(epochs=40)).fit(programs, latency_s)
+    latency_s = model.predict(other_programs)
+    model.save("my-model"); CDMPPRegressor.load("my-model").predict(other_programs)
+
+`fit` carves its validation set from the training data it is given, fits the normalizers on the
+rest of that training data only, and keeps the weights of the best validation epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from cdmpp.dataset.normalize import Normalizer
+from cdmpp.dataset.programs import ProgramSet
+from cdmpp.model.config import ModelConfig, TrainConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.pt"
+NORMALIZER_FILE = "normalizer.npz"
+
+
+def _val_metrics(y_true, y_pred) -> dict:
+    """Validation figures; the first is the one model selection minimizes."""
+    from cdmpp.evaluate.metrics import mape, rmse_log
+
+    y_pred = np.clip(np.nan_to_num(y_pred, nan=1e9, posinf=1e9), 1e-12, None)
+    return {"rmse_log": rmse_log(y_true, y_pred), "mape": mape(y_true, y_pred)}
+
+
+class CDMPPRegressor:
+    def __init__(self, model_config: ModelConfig | None = None,
+                 train_config: TrainConfig | None = None, checkpoint_dir: str | None = None,
+                 progress: bool = False):
+        self.model_config = model_config
+        self.train_config = train_config
+        self.checkpoint_dir = checkpoint_dir
+        self.progress = progress
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "net_"):
+            raise RuntimeError("this CDMPPRegressor is not fitted yet: call fit() or load() first")
+
+    def _device_matrix(self, programs: ProgramSet) -> np.ndarray | None:
+        if (programs.device is not None) != bool(self.model_config_.device_dim):
+            need = "with" if self.model_config_.device_dim else "without"
+            raise ValueError(f"this model was fitted on programs {need} device vectors")
+        if programs.device is None:
+            return None
+        d = np.asarray(programs.device, dtype=np.float64)
+        span = np.where(self.device_max_ > self.device_min_, self.device_max_ - self.device_min_, 1)
+        return ((d - self.device_min_) / span).astype(np.float32)
+
+    def _data(self, programs: ProgramSet, latency_s=None):
+        from cdmpp.train.loop import TrainData
+
+        if programs.n_features != self.model_config_.n_features:
+            raise ValueError(f"programs have {programs.n_features} leaf features, the model "
+                             f"takes {self.model_config_.n_features}")
+        feats = [self.normalizer_.transform_features(f) for f in programs.leaf_features]
+        target = None if latency_s is None else self.normalizer_.transform_target(latency_s)
+        return TrainData(feats, [np.asarray(p) for p in programs.leaf_pos], target,
+                         self._device_matrix(programs))
+
+    # -- estimator API -------------------------------------------------------------------------
+    def fit(self, programs: ProgramSet, y, eval_set=None) -> "CDMPPRegressor":
+        """Train on `programs` with latencies `y` (seconds). `eval_set=(programs, y)` replaces
+        the validation set carved from the training data (it must not be test data)."""
+        import torch
+
+        from cdmpp.baselines import check_latency
+        from cdmpp.model.losses import make_loss
+        from cdmpp.model.transformer import CDMPPNet
+        from cdmpp.train.loop import train_network
+
+        y = check_latency(y, len(programs))
+        tc = self.train_config or TrainConfig()
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        if eval_set is None:
+            rng = np.random.default_rng(tc.seed)
+            order = rng.permutation(len(programs))
+            n_val = max(1, int(round(tc.val_fraction * len(programs))))
+            val_rows, fit_rows = order[:n_val], order[n_val:]
+            fit_set, y_fit = programs.subset(fit_rows), y[fit_rows]
+            val_set, y_val = programs.subset(val_rows), y[val_rows]
+        else:
+            fit_set, y_fit = programs, y
+            val_set, y_val = eval_set[0], check_latency(eval_set[1], len(eval_set[0]))
+
+        self.normalizer_ = Normalizer().fit(np.concatenate(fit_set.leaf_features), y_fit)
+        device_dim = 0 if programs.device is None else int(np.asarray(programs.device).shape[1])
+        if device_dim:
+            dev = np.asarray(fit_set.device, dtype=np.float64)
+            self.device_min_, self.device_max_ = dev.min(0), dev.max(0)
+        self.model_config_ = replace(self.model_config or ModelConfig(),
+                                     n_features=programs.n_features, device_dim=device_dim)
+        torch.manual_seed(tc.seed)
+        self.net_ = CDMPPNet(self.model_config_)
+        n = self.normalizer_
+        loss_fn = make_loss(tc.loss, tc.mape_weight, (n.boxcox_lambda_, n.target_mean_,
+                                                      n.target_std_))
+        self.history_ = train_network(
+            self.net_, self._data(fit_set, y_fit), self._data(val_set, y_val), tc, loss_fn,
+            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z)),
+            checkpoint_dir=self.checkpoint_dir, progress=self.progress)
+        self.train_config_ = tc
+        return self
+
+    def predict(self, programs: ProgramSet) -> np.ndarray:
+        """Latency in seconds for every program."""
+        from cdmpp.train.loop import predict_network
+
+        self._check_fitted()
+        if not len(programs):
+            return np.zeros(0)
+        z = predict_network(self.net_, self._data(programs))
+        return self.normalizer_.inverse_target(z)
+
+    def score(self, programs: ProgramSet, y) -> float:
+        """-MAPE (higher is better, sklearn's convention)."""
+        from cdmpp.evaluate.metrics import mape
+
+        return -mape(y, self.predict(programs))
+
+    def embed(self, programs: ProgramSet) -> np.ndarray:
+        """Program embeddings (the pooled transformer output), e.g. to cluster tasks."""
+        import torch
+
+        from cdmpp.train.batches import collate, in_order
+
+        self._check_fitted()
+        data = self._data(programs)
+        self.net_.eval()
+        out = None
+        with torch.no_grad():
+            for rows in in_order(data.n_leaves, 1024):
+                z = self.net_.embed_programs(*collate(data.features, data.positions, rows,
+                                                      data.device)).numpy()
+                out = np.zeros((len(programs), z.shape[1])) if out is None else out
+                out[rows] = z
+        return out
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        import torch
+
+        from cdmpp.features import FEATURE_VERSION
+
+        self._check_fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        config = {"model_config": self.model_config_.to_json(),
+                  "train_config": self.train_config_.to_json(),
+                  "feature_version": FEATURE_VERSION,
+                  "history": {"val_metric": self.history_.val_metric,
+                              "train_loss": self.history_.train_loss,
+                              "best_epoch": self.history_.best_epoch}}
+        if self.model_config_.device_dim:
+            config["device_min"] = self.device_min_.tolist()
+            config["device_max"] = self.device_max_.tolist()
+        tmp = path / (WEIGHTS_FILE + ".tmp")
+        torch.save(self.net_.state_dict(), tmp)
+        os.replace(tmp, path / WEIGHTS_FILE)
+        self.normalizer_.save(path / NORMALIZER_FILE)
+        (path / CONFIG_FILE).write_text(json.dumps(config, indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CDMPPRegressor":
+        import torch
+
+        from cdmpp.features import FEATURE_VERSION
+        from cdmpp.model.transformer import CDMPPNet
+        from cdmpp.train.loop import History
+
+        path = Path(path)
+        for name in (CONFIG_FILE, WEIGHTS_FILE, NORMALIZER_FILE):
+            if not (path / name).exists():
+                raise FileNotFoundError(f"{path} is not a saved CDMPPRegressor: {name} is missing")
+        config = json.loads((path / CONFIG_FILE).read_text())
+        if config.get("feature_version") != FEATURE_VERSION:
+            raise ValueError(f"{path} was trained on features version "
+                             f"{config.get('feature_version')}, this cdmpp extracts version "
+                             f"{FEATURE_VERSION}: retrain it")
+        model = cls(ModelConfig.from_json(config["model_config"]),
+                    TrainConfig.from_json(config["train_config"]))
+        model.model_config_, model.train_config_ = model.model_config, model.train_config
+        model.net_ = CDMPPNet(model.model_config_)
+        model.net_.load_state_dict(torch.load(path / WEIGHTS_FILE, weights_only=True))
+        model.net_.eval()
+        model.normalizer_ = Normalizer.load(path / NORMALIZER_FILE)
+        h = config.get("history", {})
+        model.history_ = History(train_loss=h.get("train_loss", []),
+                                 val_metric=h.get("val_metric", []),
+                                 best_epoch=h.get("best_epoch", -1))
+        if model.model_config_.device_dim:
+            model.device_min_ = np.asarray(config["device_min"])
+            model.device_max_ = np.asarray(config["device_max"])
+        return model

@@ -1,0 +1,32 @@
+"""Losses on the transformed target (standardized Box-Cox of latency)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def inverse_boxcox(z: torch.Tensor, lam: float, mean: float, std: float) -> torch.Tensor:
+    """Latency (s) from the standardized Box-Cox target, differentiably."""
+    t = z * std + mean
+    if abs(lam) < 1e-8:
+        return torch.exp(t)
+    return torch.clamp(lam * t + 1.0, min=1e-12) ** (1.0 / lam)
+
+
+def make_loss(kind: str, mape_weight: float = 0.0, target=None):
+    """`kind`: "mse" or "paper" (upstream CDMPP: 1000*MSE + MAPE, both on the transformed
+    target). `mape_weight` adds MAPE on latency itself; `target` = (lambda, mean, std)."""
+    if kind not in ("mse", "paper"):
+        raise ValueError(f"unknown loss {kind!r}: use mse or paper")
+
+    def loss(pred: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        mse = torch.mean((pred - z) ** 2)
+        value = mse if kind == "mse" else 1000.0 * mse + torch.mean(
+            torch.abs(pred - z) / torch.clamp(torch.abs(z), min=1e-6))
+        if mape_weight:
+            lam, mean, std = target
+            y_hat, y = inverse_boxcox(pred, lam, mean, std), inverse_boxcox(z, lam, mean, std)
+            value = value + mape_weight * torch.mean(torch.abs(y_hat - y) / y)
+        return value
+
+    return loss

@@ -1,0 +1,180 @@
+"""Saving and loading any estimator by directory, and the models shipped with cdmpp.
+
+An estimator directory holds:
+  estimator.json   {"kind": "cdmpp" | "xgb" | "mlp", "cdmpp_version", "feature_version",
+                    "created" (UTC, ISO 8601), "trained_on": {...} (what the caller passed)}
+  model            the estimator's own files (`estimator.save(DIR / "model")`: a directory for
+                   XGBoost, one file for the MLP)
+
+    save_estimator(model, "runs/xgb-epyc", trained_on={"store": "...", "split": "random"})
+    model = load_estimator("runs/xgb-epyc")   # or "default", "xgb", "mlp": the shipped ones
+
+Classes are imported only when a directory of their kind is loaded (torch and xgboost are
+heavy). Every class has `.save(path)` and the classmethod `.load(path)`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+from pathlib import Path
+
+import cdmpp
+
+SHIPPED_DIR = Path(cdmpp.__file__).parent / "assets" / "models"
+META_FILE = "estimator.json"
+MODEL_NAME = "model"
+
+# kind -> (module, class); imported lazily
+KINDS = {
+    "cdmpp": ("cdmpp.model.estimator", "CDMPPRegressor"),
+    "xgb": ("cdmpp.baselines.xgb", "XGBBaseline"),
+    "mlp": ("cdmpp.baselines.mlp", "MLPBaseline"),
+}
+# names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
+SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp"}
+
+
+def estimator_class(kind: str):
+    """The class of a kind ("cdmpp", "xgb", "mlp"), imported now."""
+    import importlib
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown estimator kind {kind!r}; known kinds: {sorted(KINDS)}")
+    module, name = KINDS[kind]
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise RuntimeError(f"estimator kind {kind!r} needs {module}.{name}, which this "
+                           f"installation of cdmpp does not provide ({e})") from e
+
+
+def kind_of(estimator) -> str:
+    """The kind of an estimator object, from its class (subclasses count)."""
+    import sys
+
+    for kind, (module, name) in KINDS.items():
+        # Only look at modules already imported: an object of that class implies its module is.
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(estimator, cls):
+            return kind
+    raise ValueError(f"cannot save a {type(estimator).__name__}: save_estimator knows "
+                     + ", ".join(f"{m}.{n}" for m, n in KINDS.values()))
+
+
+def _feature_version() -> str:
+    from cdmpp.features import FEATURE_VERSION
+
+    return FEATURE_VERSION
+
+
+def save_estimator(estimator, directory, *, trained_on: dict | None = None,
+                   kind: str | None = None) -> Path:
+    """Write `estimator` to `directory` (estimator.json + model); returns the directory.
+
+    Atomic: everything is written to a temporary directory beside it, then renamed into place,
+    so a crash leaves either the old directory or the new one. An existing directory is
+    replaced only if it is an estimator directory (has estimator.json) or empty.
+    """
+    directory = Path(directory)
+    kind = kind or kind_of(estimator)
+    if kind not in KINDS:
+        raise ValueError(f"unknown estimator kind {kind!r}; known kinds: {sorted(KINDS)}")
+    if directory.exists():
+        if not directory.is_dir():
+            raise FileExistsError(f"{directory} exists and is not a directory")
+        if any(directory.iterdir()) and not (directory / META_FILE).exists():
+            raise FileExistsError(f"{directory} exists, is not empty and holds no {META_FILE}: "
+                                  "refusing to replace it with a saved estimator")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(f".{directory.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        estimator.save(tmp / MODEL_NAME)
+        meta = {"kind": kind, "cdmpp_version": cdmpp.__version__,
+                "feature_version": _feature_version(),
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "trained_on": dict(trained_on or {})}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        _fsync_tree(tmp)
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old{os.getpid()}")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(directory, old)
+            os.replace(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def resolve(spec: str | Path) -> Path:
+    """The directory a model spec names: a shipped name ("default", "xgb", "mlp") or a path."""
+    if isinstance(spec, str) and spec in SHIPPED:
+        path = SHIPPED_DIR / SHIPPED[spec]
+        if not (path / META_FILE).is_file():
+            raise FileNotFoundError(
+                f"no {spec!r} model is shipped with this cdmpp {cdmpp.__version__} yet "
+                f"(nothing at {path}); pass --model DIR with a directory written by "
+                "save_estimator (a trained model) instead")
+        return path
+    path = Path(spec)
+    if not path.exists():
+        raise FileNotFoundError(f"model directory {path} does not exist (model names: "
+                                f"{', '.join(sorted(SHIPPED))}, or a directory written by "
+                                "save_estimator)")
+    if not path.is_dir():
+        raise ValueError(f"{path} is a file; a model is a directory written by save_estimator")
+    if not (path / META_FILE).is_file():
+        raise FileNotFoundError(f"{path} holds no {META_FILE}: not a directory written by "
+                                "save_estimator")
+    return path
+
+
+def read_meta(spec: str | Path) -> dict:
+    """The estimator.json of a model spec (see `resolve`), with "path" added."""
+    path = resolve(spec)
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path / META_FILE} is not valid JSON: {e}") from e
+    if not isinstance(meta, dict) or meta.get("kind") not in KINDS:
+        raise ValueError(f"{path / META_FILE} names no known estimator kind "
+                         f"(got {meta.get('kind') if isinstance(meta, dict) else meta!r}; "
+                         f"known: {sorted(KINDS)})")
+    return dict(meta, path=str(path))
+
+
+def load_estimator(spec: str | Path, *, check_features: bool = True):
+    """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
+    XGBoost baseline), "mlp" (the shipped MLP, if any) or a directory written by
+    `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
+
+    With `check_features`, a model trained on another feature-extractor version is refused:
+    its inputs would not mean what it learned.
+    """
+    meta = read_meta(spec)
+    path = Path(meta["path"])
+    if check_features:
+        current = _feature_version()
+        if meta.get("feature_version") != current:
+            raise ValueError(f"{path} was trained on features of version "
+                             f"{meta.get('feature_version')!r}, this cdmpp extracts version "
+                             f"{current!r}: retrain it on a fresh feature store")
+    model_path = path / MODEL_NAME
+    if not model_path.exists():
+        raise FileNotFoundError(f"{path} has {META_FILE} but no {MODEL_NAME} "
+                                "(the model's own files): the directory is incomplete")
+    return estimator_class(meta["kind"]).load(model_path)

@@ -1,0 +1,77 @@
+"""The CDMPP network: a transformer over the store leaves of a compact AST.
+
+Unlike upstream CDMPP (one model per leaf count), one network takes any number of leaves:
+programs are padded to the longest in the batch, attention ignores the padding, and a masked
+mean+max pooling reads the program out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from cdmpp.model.config import ModelConfig
+
+
+def sinusoidal_table(max_position: int, dim: int) -> torch.Tensor:
+    """(max_position, dim) sinusoidal encoding of positions 0..max_position-1."""
+    pos = torch.arange(max_position, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(max_position, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table
+
+
+def mlp(sizes, dropout: float) -> nn.Sequential:
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers += [nn.LayerNorm(b), nn.GELU(), nn.Dropout(dropout)]
+    return nn.Sequential(*layers)
+
+
+class CDMPPNet(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = c = config
+        self.embed = nn.Linear(c.n_features, c.d_model)
+        self.register_buffer("positions", sinusoidal_table(c.max_position, c.d_model),
+                             persistent=False)
+        layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout,
+                                           activation="gelu", batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(c.d_model)
+        self.device_encoder = (mlp((c.device_dim, c.device_embed, c.device_embed), c.dropout)
+                               if c.device_dim else None)
+        # the leaves' features summed per program (what TenSet's models see), next to the
+        # attention readout: the program's totals are hard to rebuild from mean and max
+        self.totals = nn.Sequential(nn.Linear(c.n_features + 1, c.d_model), nn.GELU())
+        head_in = 3 * c.d_model + (c.device_embed if c.device_dim else 0)
+        self.head = mlp((head_in, *c.head_hidden, 1), c.dropout)
+
+    def embed_programs(self, features, positions, mask, device=None) -> torch.Tensor:
+        """Program (+ device) embedding. features (B, L, F), positions (B, L), mask (B, L)."""
+        pos = positions.clamp(max=self.config.max_position - 1)
+        x = self.embed(features) + self.positions[pos]  # (B, L, d)
+        x = self.encoder(x, src_key_padding_mask=~mask)  # (B, L, d)
+        x = self.norm(x)
+        m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
+        mean = (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, d)
+        largest = x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values  # (B, d)
+        n_leaves = m.sum(1)  # (B, 1)
+        totals = torch.cat([(features * m).sum(1), torch.log1p(n_leaves)], dim=-1)  # (B, F+1)
+        z = torch.cat([mean, largest, self.totals(totals)], dim=-1)  # (B, 3d)
+        if self.device_encoder is not None:
+            z = torch.cat([z, self.device_encoder(device)], dim=-1)
+        return z
+
+    def forward(self, features, positions, mask, device=None, targets=None, loss_fn=None):
+        """Returns (prediction (B,) of the transformed target, loss or None)."""
+        z = self.embed_programs(features, positions, mask, device)
+        prediction = self.head(z).squeeze(-1)  # (B,)
+        loss = None if targets is None else loss_fn(prediction, targets)
+        return prediction, loss

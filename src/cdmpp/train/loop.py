@@ -1,0 +1,142 @@
+"""The training loop: AdamW, warm-up + cosine LR, gradient clipping, early stopping on a
+validation set carved from the training side, resumable checkpoints.
+
+Inputs are already normalized (features) and transformed (targets); `val_metrics` maps the
+network's predictions on the validation set to named numbers; the first one is minimized for
+model selection (RMSE of log latency: MAPE as a selection criterion rewards models that
+under-predict everything, since an under-prediction costs at most 100%). Model selection never
+sees test data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from cdmpp.model.config import TrainConfig
+from cdmpp.train.batches import collate, in_order, length_bucketed
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class TrainData:
+    features: list  # per program (n_i, F) float32, normalized
+    positions: list  # per program (n_i,) int
+    target: np.ndarray | None  # (n,) transformed target
+    device: np.ndarray | None = None  # (n, D) normalized device vectors
+
+    @property
+    def n_leaves(self) -> np.ndarray:
+        return np.array([len(f) for f in self.features])
+
+
+@dataclass
+class History:
+    train_loss: list = field(default_factory=list)
+    val_metric: list = field(default_factory=list)  # the selection metric per epoch
+    val_named: list = field(default_factory=list)  # every validation metric per epoch
+    lr: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)
+    best_epoch: int = -1
+
+
+def predict_network(net, data: TrainData, batch_size: int = 1024) -> np.ndarray:
+    """Network outputs (transformed target) for every program, in order."""
+    net.eval()
+    out = np.empty(len(data.features), dtype=np.float64)
+    with torch.no_grad():
+        for rows in in_order(data.n_leaves, batch_size):
+            x, p, m, d = collate(data.features, data.positions, rows, data.device)
+            out[rows] = net(x, p, m, d)[0].numpy()
+    return out
+
+
+def _lr_factor(epoch_float: float, config: TrainConfig) -> float:
+    if epoch_float < config.warmup_epochs:
+        return (epoch_float + 1e-3) / config.warmup_epochs
+    span = max(config.epochs - config.warmup_epochs, 1)
+    progress = min((epoch_float - config.warmup_epochs) / span, 1.0)
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
+                  loss_fn: Callable, val_metrics: Callable[[np.ndarray], dict],
+                  checkpoint_dir: str | Path | None = None, progress: bool = True,
+                  log=None) -> History:
+    """Train `net` in place; on return it holds the weights of the best validation epoch."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    history, best_state, best, start_epoch = History(), None, float("inf"), 0
+    ckpt = Path(checkpoint_dir) / CHECKPOINT if checkpoint_dir else None
+    if ckpt is not None and ckpt.exists():  # resume
+        state = torch.load(ckpt, weights_only=False)
+        if state["train_config"] == config.to_json():
+            net.load_state_dict(state["net"])
+            optimizer.load_state_dict(state["optimizer"])
+            history, best_state, best = state["history"], state["best_state"], state["best"]
+            start_epoch = state["epoch"] + 1
+            rng.bit_generator.state = state["rng"]
+            torch.set_rng_state(state["torch_rng"])
+            log(f"resuming from {ckpt} at epoch {start_epoch}")
+    n_leaves = train.n_leaves
+    for epoch in range(start_epoch, config.epochs):
+        if history.best_epoch >= 0 and epoch - history.best_epoch > config.patience:
+            log(f"early stop: no validation improvement for {config.patience} epochs")
+            break
+        start = time.perf_counter()
+        net.train()
+        batches = length_bucketed(n_leaves, config.batch_size, rng)
+        losses = []
+        for b, rows in enumerate(batches):
+            factor = _lr_factor(epoch + b / len(batches), config)
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * factor
+            x, p, m, d = collate(train.features, train.positions, rows, train.device)
+            y = torch.from_numpy(train.target[rows].astype(np.float32))
+            _, loss = net(x, p, m, d, targets=y, loss_fn=loss_fn)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+        named = val_metrics(predict_network(net, val))
+        metric = next(iter(named.values()))
+        history.train_loss.append(float(np.mean(losses)))
+        history.val_metric.append(metric)
+        history.val_named.append(named)
+        history.lr.append(config.lr * factor)
+        history.seconds.append(time.perf_counter() - start)
+        if metric < best:
+            best, history.best_epoch = metric, epoch
+            best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        if progress:
+            shown = "  ".join(f"val {k} {v:.4f}" for k, v in named.items())
+            log(f"epoch {epoch + 1:3d}/{config.epochs}  loss {history.train_loss[-1]:.4f}  "
+                f"{shown}  best epoch {history.best_epoch + 1}  {history.seconds[-1]:.1f}s")
+        if ckpt is not None:
+            _save_checkpoint(ckpt, {"train_config": config.to_json(), "net": net.state_dict(),
+                                    "optimizer": optimizer.state_dict(), "history": history,
+                                    "best_state": best_state, "best": best, "epoch": epoch,
+                                    "rng": rng.bit_generator.state,
+                                    "torch_rng": torch.get_rng_state()})
+    if best_state is not None:
+        net.load_state_dict(best_state)
+    return history

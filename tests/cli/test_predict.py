@@ -1,0 +1,122 @@
+"""`cdmpp predict`: one CSV row per record; bad lines reported, untimed records predicted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cdmpp.cli.main import main
+from cdmpp.measure.database import RECORD_FILE
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NAMES = ("dense_64x768x768", "softmax_12x64x64", "addrelu_1x64x56x56")
+HEADER = ["db", "record_index", "workload_hash", "predicted_latency_s", "measured_latency_s"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """An XGBoost baseline trained on the fixture databases, saved with save_estimator, and
+    the feature store it was trained from (reused by the tests as predict's cache)."""
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.dataset.loader import programs_for_rows
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.model.registry import save_estimator
+
+    root = tmp_path_factory.mktemp("trained")
+    dbs = [shutil.copytree(FIXTURES / name, root / "dbs" / name) for name in NAMES]
+    build_store(dbs, root / "store", workers=1, progress=False)
+    store = FeatureStore(root / "store")
+    samples = store.samples()
+    programs = programs_for_rows(store, samples, np.arange(samples.num_rows))
+    model = XGBBaseline(n_estimators=20, nthread=1).fit(programs, samples.column("latency_s").to_numpy())
+    return save_estimator(model, root / "model", trained_on={"dbs": list(NAMES)}), root / "store"
+
+
+def _read(path) -> tuple[list[str], list[dict]]:
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        return header, [dict(zip(header, row)) for row in reader]
+
+
+def _predict(model, dbs, out, store, capsys) -> tuple[int, str, str]:
+    args = ["predict", "--model", str(model), "--out", str(out), "--store", str(store),
+            "--workers", "1", "--no-progress"]
+    for db in dbs:
+        args += ["--db", db]
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_one_row_per_record_with_db_as_given(trained, fixture_dbs, tmp_path, capsys, monkeypatch):
+    model, store = trained
+    monkeypatch.chdir(fixture_dbs[0].parent)
+    given = [f"./{NAMES[0]}/", NAMES[1], str(fixture_dbs[2])]  # relative, trailing slash, absolute
+    code, out, err = _predict(model, given, tmp_path / "preds.csv", store, capsys)
+    assert code == 0, err
+    header, rows = _read(tmp_path / "preds.csv")
+    assert header == HEADER
+    assert [(r["db"], int(r["record_index"])) for r in rows] == \
+        [(db, i) for db in given for i in range(4)]
+    for r in rows:
+        assert float(r["predicted_latency_s"]) > 0 and float(r["measured_latency_s"]) > 0
+    first = json.loads((fixture_dbs[0] / RECORD_FILE).read_text().splitlines()[0])
+    assert float(rows[0]["measured_latency_s"]) == pytest.approx(min(first[1][1]))
+    assert rows[0]["workload_hash"] == json.loads(
+        (fixture_dbs[0] / "database_workload.json").read_text().splitlines()[0])[0]
+    assert "12 records predicted" in out and "0 skipped" in out and "MAPE" in out
+
+
+def test_bad_lines_are_reported_and_the_rest_predicted(trained, fixture_dbs, tmp_path, capsys):
+    model, store = trained
+    db = fixture_dbs[0]
+    lines = (db / RECORD_FILE).read_text().splitlines()
+    good = json.loads(lines[1])
+    failed = json.loads(lines[1])
+    failed[1][1] = [1e10]  # TVM's failure marker: no timing, but a program to predict
+    default = [0, [[[], []], None, good[1][2], good[1][3]]]  # untimed, a program not in the store
+    broken = json.loads(lines[0])
+    broken[1][0][0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]
+    broken[1][1] = [1e10]
+    with open(db / RECORD_FILE, "a") as f:
+        f.write(lines[2][:40] + "\n")  # line 5: truncated
+        f.write(json.dumps([3, good[1]]) + "\n")  # line 6: missing workload
+        f.write(json.dumps(failed) + "\n")  # line 7
+        f.write(json.dumps(default) + "\n")  # line 8
+        f.write(json.dumps(broken) + "\n")  # line 9: its trace does not replay
+    code, out, err = _predict(model, [str(db), str(fixture_dbs[1])], tmp_path / "p.csv",
+                              tmp_path / "store", capsys)
+    assert code == 0, err
+    _, rows = _read(tmp_path / "p.csv")
+    by_index = {int(r["record_index"]): r for r in rows if r["db"] == str(db)}
+    assert sorted(by_index) == [0, 1, 2, 3, 6, 7]
+    assert by_index[6]["measured_latency_s"] == "" and by_index[7]["measured_latency_s"] == ""
+    assert float(by_index[6]["predicted_latency_s"]) == float(by_index[1]["predicted_latency_s"])
+    assert float(by_index[7]["predicted_latency_s"]) > 0
+    assert len(rows) == 10
+    for line, reason in ((5, "not JSON"), (6, "workload"), (9, "does not replay")):
+        assert f"{db / RECORD_FILE}:{line}: " in err
+        assert reason in [x for x in err.splitlines() if f":{line}: " in x][0]
+    assert "10 records predicted (2 without a measured latency), 3 skipped" in out
+
+
+def test_user_errors_exit_2(trained, fixture_dbs, tmp_path, capsys):
+    from cdmpp.model.registry import SHIPPED_DIR
+
+    model, store = trained
+    code, _, err = _predict(model, [str(tmp_path / "no_db")], tmp_path / "p.csv", store, capsys)
+    assert code == 2 and "cdmpp predict: error:" in err and "no_db" in err
+    code, _, err = _predict(tmp_path / "no_model", [str(fixture_dbs[0])], tmp_path / "p.csv",
+                            store, capsys)
+    assert code == 2 and "no_model" in err
+    if not (SHIPPED_DIR / "default" / "estimator.json").exists():
+        code, _, err = _predict("default", [str(fixture_dbs[0])], tmp_path / "p.csv", store, capsys)
+        assert code == 2 and "cdmpp predict: error:" in err and "no 'default' model" in err
+    assert not (tmp_path / "p.csv").exists()

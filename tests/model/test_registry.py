@@ -1,0 +1,88 @@
+"""Saving and loading estimators by directory; the shipped-model names."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cdmpp.baselines.xgb import XGBBaseline
+from cdmpp.dataset.programs import ProgramSet
+from cdmpp.model import registry
+from cdmpp.model.registry import load_estimator, save_estimator
+
+
+def _programs(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    feats = tuple(rng.random((int(k), 164), dtype=np.float32) for k in rng.integers(1, 6, n))
+    pos = tuple(np.arange(len(f), dtype=np.int32) for f in feats)
+    programs = ProgramSet(feats, pos)
+    y = np.exp(programs.summed()[:, 0] / 10) * 1e-4
+    return programs, y
+
+
+@pytest.fixture
+def xgb_model():
+    programs, y = _programs()
+    return XGBBaseline(n_estimators=10, nthread=1).fit(programs, y), programs
+
+
+def test_round_trip_gives_identical_predictions(xgb_model, tmp_path):
+    model, programs = xgb_model
+    out = save_estimator(model, tmp_path / "m", trained_on={"store": "s", "split": "random"})
+    meta = json.loads((out / "estimator.json").read_text())
+    assert meta["kind"] == "xgb" and meta["trained_on"] == {"store": "s", "split": "random"}
+    assert {"cdmpp_version", "feature_version", "created"} <= set(meta)
+    loaded = load_estimator(out)
+    assert isinstance(loaded, XGBBaseline)
+    np.testing.assert_array_equal(loaded.predict(programs), model.predict(programs))
+    # saving over an estimator directory replaces it and leaves no temp directory behind
+    save_estimator(model, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_unknown_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_estimator(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty.*estimator\.json"):
+        load_estimator(tmp_path / "empty")
+
+
+def test_incomplete_or_foreign_directories(xgb_model, tmp_path):
+    model, _ = xgb_model
+    out = save_estimator(model, tmp_path / "m")
+    import shutil
+
+    shutil.rmtree(out / "model")
+    with pytest.raises(FileNotFoundError, match="no model"):
+        load_estimator(out)
+    (out / "estimator.json").write_text(json.dumps({"kind": "lightgbm"}))
+    with pytest.raises(ValueError, match="lightgbm"):
+        load_estimator(out)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="refusing"):
+        save_estimator(model, tmp_path / "data")
+    assert (tmp_path / "data" / "keep.txt").exists()
+
+
+def test_other_feature_version_is_refused(xgb_model, tmp_path):
+    model, _ = xgb_model
+    out = save_estimator(model, tmp_path / "m")
+    meta = json.loads((out / "estimator.json").read_text())
+    (out / "estimator.json").write_text(json.dumps(dict(meta, feature_version="0")))
+    with pytest.raises(ValueError, match="version"):
+        load_estimator(out)
+    assert isinstance(load_estimator(out, check_features=False), XGBBaseline)
+
+
+def test_shipped_names(xgb_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(registry, "SHIPPED_DIR", tmp_path / "shipped")
+    with pytest.raises(FileNotFoundError, match="no 'default' model is shipped"):
+        load_estimator("default")
+    model, programs = xgb_model
+    save_estimator(model, tmp_path / "shipped" / "xgb")
+    np.testing.assert_array_equal(load_estimator("xgb").predict(programs),
+                                  model.predict(programs))
