@@ -1,0 +1,79 @@
+"""Accuracy of cdmpp vs the XGBoost and MLP baselines, all figures from one run.
+
+    python benchmarks/accuracy.py --data ../shared/data/epyc-2c --data data/epyc-2c \\
+        [--networks mobilenet_v2,resnet50] [--epochs N] [--json out.json]
+
+Two splits of the same feature store: by network (the named networks held out; tasks they
+share with training networks go to neither side) and random (within tasks). For each: every
+model's test metrics, the label noise floor of the test records, the target ratios, and the
+training time of cdmpp.
+Targets: by-network cdmpp MAPE <= 0.7 x XGBoost's and <= 1.5 x noise floor, top-1 >= 0.9;
+random cdmpp MAPE <= 1.2 x noise floor; training on 20,000 programs in <= 20 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def run_split(store, spec: str, epochs: int | None, seed: int) -> dict:
+    from dataclasses import replace
+
+    from cdmpp.dataset.splits import make_split
+    from cdmpp.evaluate.report import comparison_table
+    from cdmpp.evaluate.run import compare
+    from cdmpp.model.config import TrainConfig
+
+    split = make_split(store.samples(), spec, seed=seed)
+    config = replace(TrainConfig(), seed=seed, **({"epochs": epochs} if epochs else {}))
+    result = compare(store, split, train_config=config, progress=False,
+                     log=lambda m: print(m, file=sys.stderr))
+    floor = result.noise_floor()
+    print(f"\n== {split.name}: {len(split.train)} train, {len(split.test)} test, "
+          f"{len(split.excluded)} excluded")
+    print(comparison_table(result.results, floor))
+    cd, xgb = result.results["cdmpp"], result.results["xgb"]
+    return {"split": split.name, "train": len(split.train), "test": len(split.test),
+            "excluded": len(split.excluded), "noise_floor": floor, "results": result.results,
+            "train_seconds": result.train_seconds,
+            "cdmpp_over_xgb_mape": cd["mape"] / xgb["mape"],
+            "cdmpp_over_noise_floor": cd["mape"] / floor["median_ape"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", action="append", required=True)
+    parser.add_argument("--store", default=None)
+    parser.add_argument("--networks", default="mobilenet_v2,resnet50")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.predict import default_store_dir
+
+    store_path = Path(args.store) if args.store else default_store_dir()
+    print(build_store(args.data, store_path), file=sys.stderr)
+    store = FeatureStore(store_path)
+    figures = {"by_network": run_split(store, f"by-network:{args.networks}", args.epochs, args.seed),
+               "random": run_split(store, "random", args.epochs, args.seed)}
+    net, rnd = figures["by_network"], figures["random"]
+    print("\n== targets")
+    print(f"by-network: cdmpp MAPE / XGBoost MAPE = {net['cdmpp_over_xgb_mape']:.2f} "
+          f"(target <= 0.7); / noise floor = {net['cdmpp_over_noise_floor']:.1f} (target <= 1.5); "
+          f"top-1 = {net['results']['cdmpp']['top1']:.3f} (target >= 0.9)")
+    print(f"random: cdmpp MAPE / noise floor = {rnd['cdmpp_over_noise_floor']:.1f} (target <= 1.2)")
+    per_program = rnd["train_seconds"]["cdmpp"] / max(rnd["train"], 1)
+    print(f"cdmpp training: {rnd['train_seconds']['cdmpp']:.0f} s on {rnd['train']} programs "
+          f"(~{20000 * per_program / 60:.0f} min for 20,000 at this rate; target <= 20)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
