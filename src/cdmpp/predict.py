@@ -35,6 +35,14 @@ from cdmpp.types import ProgramRecord, check_run_secs
 CSV_COLUMNS = ("db", "record_index", "workload_hash", "predicted_latency_s", "measured_latency_s")
 
 
+def sample_databases() -> list[str]:
+    """The shipped sample data: real measurements held out from the shipped models' training."""
+    root = Path(__file__).parent / "assets" / "sample_data"
+    if not root.exists():
+        raise FileNotFoundError(f"no sample data is shipped with this cdmpp ({root} is missing)")
+    return [str(root)]
+
+
 def default_store_dir() -> Path:
     """`$XDG_CACHE_HOME/cdmpp/features`, else `~/.cache/cdmpp/features`."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -82,6 +90,19 @@ class PredictionResult:
             return None
         true, pred, groups = zip(*pairs)
         return summary(np.array(true), np.array(pred), np.array(groups))
+
+    def table(self, limit: int = 20) -> str:
+        """The first `limit` predictions beside their measured latency, as aligned text."""
+        lines = [f"{'db':<28} {'record':>6} {'predicted':>11} {'measured':>11} {'error':>7}"]
+        for p in self.predictions[:limit]:
+            measured = "" if p.measured_latency_s is None else f"{1e3 * p.measured_latency_s:.4f}ms"
+            error = "" if p.measured_latency_s is None else \
+                f"{100 * (p.predicted_latency_s / p.measured_latency_s - 1):+.0f}%"
+            lines.append(f"{Path(p.db).name[-28:]:<28} {p.record_index:>6} "
+                         f"{1e3 * p.predicted_latency_s:.4f}ms {measured:>11} {error:>7}")
+        if len(self.predictions) > limit:
+            lines.append(f"... {len(self.predictions) - limit} more rows in the CSV")
+        return "\n".join(lines)
 
     def summary(self) -> str:
         """One line: what was predicted and skipped, and the accuracy where measured."""

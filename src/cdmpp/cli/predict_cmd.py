@@ -16,28 +16,34 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", default="default", metavar="MODEL",
                    help="default (the shipped cdmpp model), xgb, mlp, or a directory written "
                         "by save_estimator (default: %(default)s)")
-    p.add_argument("--db", action="append", required=True, metavar="DIR",
-                   help="a database directory, or a folder of them (repeatable)")
+    p.add_argument("--db", action="append", default=None, metavar="DIR",
+                   help="a database directory, or a folder of them (repeatable; default: the "
+                        "shipped sample data, held out from the shipped models' training)")
     p.add_argument("--out", required=True, metavar="CSV", help="where to write the predictions")
     p.add_argument("--store", default=None, metavar="CACHE",
                    help="feature store used as a cache (default: $XDG_CACHE_HOME/cdmpp/features "
                         "or ~/.cache/cdmpp/features)")
     p.add_argument("--workers", type=int, default=None,
                    help="feature-extraction processes (default: all cores)")
+    p.add_argument("--show", type=int, default=20, metavar="N",
+                   help="print the first N predictions beside their measurements (0: none)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from cdmpp.model.registry import load_estimator
-    from cdmpp.predict import predict_databases, write_predictions_csv
+    from cdmpp.predict import predict_databases, sample_databases, write_predictions_csv
 
     model = load_estimator(args.model)  # first: a bad --model fails before any extraction
-    result = predict_databases(model, args.db, store=args.store, workers=args.workers,
+    dbs = args.db or sample_databases()
+    result = predict_databases(model, dbs, store=args.store, workers=args.workers,
                                progress=not args.no_progress and sys.stderr.isatty())
     for skipped in result.skipped:
         print(f"skipped {skipped}", file=sys.stderr)
     path = write_predictions_csv(result, args.out)
+    if args.show:
+        print(result.table(args.show))
     print(result.summary())
     print(f"wrote {path}")
     return 0
