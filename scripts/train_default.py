@@ -1,0 +1,129 @@
+"""Train the shipped models (cdmpp + XGBoost baseline) and cut the shipped sample data.
+
+    python scripts/train_default.py --data ../shared/data/epyc-2c --data data/epyc-2c.tar.xz
+
+Every record of the given databases (a .tar.xz is unpacked first) is featurized; a few records
+of a few tasks of the repository's own dataset are held out as the shipped sample data
+(`src/cdmpp/assets/sample_data/`, a TVM JSON database); both models are trained on everything
+else and written to `src/cdmpp/assets/models/{default,xgb}` with what they were trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "src" / "cdmpp" / "assets"
+
+
+def resolve_data(specs, tmp: Path) -> list[Path]:
+    from cdmpp.measure.archive import unpack
+
+    out = []
+    for spec in specs:
+        path = Path(spec)
+        if path.name.endswith(".tar.xz"):
+            out.append(unpack(path, tmp / path.name.removesuffix(".tar.xz")))
+        else:
+            out.append(path)
+    return out
+
+
+def cut_sample(db_dir: Path, out: Path, tasks: int, per_task: int, seed: int) -> set:
+    """Copy `per_task` records of `tasks` workloads of one database into a new database at `out`;
+    return the (db, record_index) pairs taken."""
+    from cdmpp.measure.database import (RECORD_FILE, SIDECAR_FILE, TASKS_FILE, WORKLOAD_FILE,
+                                        load_database, write_database, write_text_atomic)
+
+    db = load_database(db_dir)
+    rng = np.random.default_rng(seed)
+    by_workload: dict[int, list] = {}
+    for rec in db.records:
+        by_workload.setdefault(rec.workload_index, []).append(rec)
+    chosen_workloads = sorted(rng.choice(sorted(by_workload), size=tasks, replace=False))
+    wl_lines = (db_dir / WORKLOAD_FILE).read_text().splitlines()
+    rec_lines = (db_dir / RECORD_FILE).read_text().splitlines()
+    workloads, records, sidecar, taken = [], [], [], set()
+    for new_index, wl in enumerate(chosen_workloads):
+        workloads.append(json.loads(wl_lines[wl]))
+        recs = by_workload[wl]
+        for rec in [recs[i] for i in sorted(rng.choice(len(recs), size=min(per_task, len(recs)),
+                                                       replace=False))]:
+            line = json.loads(rec_lines[rec.record_index])
+            line[0] = new_index
+            records.append(json.dumps(line, separators=(",", ":")))
+            sidecar.append(json.dumps(dict(rec.meta, record_index=len(records) - 1,
+                                           measured_module=None)))
+            taken.add((rec.db, rec.record_index))
+            assert not rec.meta.get("measured_module"), "sample records must replay"
+    if out.exists():
+        shutil.rmtree(out)
+    write_database(out, workloads, records)
+    write_text_atomic(out / SIDECAR_FILE, "\n".join(sidecar) + "\n")
+    tasks_json = json.loads((db_dir / TASKS_FILE).read_text())
+    write_text_atomic(out / TASKS_FILE, json.dumps(
+        {w[0]: tasks_json[w[0]] for w in workloads if w[0] in tasks_json}, indent=1))
+    shutil.copy(db_dir / "device.json", out / "device.json")
+    return taken
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", action="append", required=True)
+    parser.add_argument("--store", default=None)
+    parser.add_argument("--sample-tasks", type=int, default=8)
+    parser.add_argument("--sample-per-task", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from dataclasses import replace
+
+    from cdmpp.baselines import make_baseline
+    from cdmpp.dataset.loader import labeled
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.measure.database import find_databases
+    from cdmpp.model.config import TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.registry import save_estimator
+    from cdmpp.predict import default_store_dir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = resolve_data(args.data, Path(tmp))
+        own = [p for p in data if (p / "device.json").exists()]  # cdmpp-collected databases
+        sample_dir = ASSETS / "sample_data"
+        taken = cut_sample(find_databases(own[-1])[0], sample_dir, args.sample_tasks,
+                           args.sample_per_task, args.seed) if own else set()
+        store_path = Path(args.store) if args.store else default_store_dir()
+        print(build_store(data, store_path), file=sys.stderr)
+        store = FeatureStore(store_path)
+        samples = store.samples()
+        given = {str(p) for root in data for p in find_databases(root)}
+        ids = list(zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist()))
+        rows = np.array([i for i, (db, r) in enumerate(ids) if db in given and (db, r) not in taken])
+        train = labeled(store, samples, rows)
+        info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
+                "held_out_sample": len(taken)}
+        config = replace(TrainConfig(), seed=args.seed,
+                         **({"epochs": args.epochs} if args.epochs else {}))
+        print(f"training on {len(rows)} records ({len(taken)} held out as sample data)")
+        model = CDMPPRegressor(train_config=config, progress=True).fit(train.programs,
+                                                                        train.latency_s)
+        save_estimator(model, ASSETS / "models" / "default", trained_on=info)
+        xgb = make_baseline("xgb", seed=args.seed).fit(train.programs, train.latency_s)
+        save_estimator(xgb, ASSETS / "models" / "xgb", trained_on=info)
+    size = sum(f.stat().st_size for f in (ASSETS / "models").rglob("*") if f.is_file())
+    print(f"shipped models: {size / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
