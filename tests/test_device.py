@@ -1,6 +1,7 @@
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from cdmpp.device import (DEVICE_FILE, Device, DeviceMismatchError, claim_directory, describe,
@@ -90,3 +91,18 @@ def test_claim_directory(tmp_path, dev1, dev2):
     assert str(out) in msg and dev1.device_id in msg and dev2.device_id in msg
     assert "threads" in msg
     assert load_device(out) == dev1  # the stored device is untouched
+
+
+def test_device_vector_from_a_fixture_device_json():
+    import json
+    from pathlib import Path
+
+    from cdmpp.device import DEVICE_VECTOR_FIELDS, Device, device_vector
+
+    path = Path(__file__).parent / "fixtures" / "device_epyc_2c.json"
+    device = Device.from_json(json.loads(path.read_text()), source=str(path))
+    v = device_vector(device)
+    assert v.shape == (len(DEVICE_VECTOR_FIELDS),) and np.all(np.isfinite(v))
+    assert v[0] == device.threads == 2
+    assert v[2] == 4.0  # AVX-512: 512 / 128
+    assert v[3] == 5.0  # 32 KiB L1d

@@ -23,6 +23,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 DEVICE_FILE = "device.json"
 _CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # /proc/cpuinfo flags that change code generation (x86 and ARM spellings); the rest is noise.
@@ -269,3 +271,22 @@ def describe(device: Device) -> str:
         f"target     {json.dumps(device.target, sort_keys=True)}",
         f"software   {device.os}; python {device.python}; tvm {device.tvm_version}",
     ])
+
+
+DEVICE_VECTOR_FIELDS = ("threads", "log2_frequency_mhz", "vector_width_128", "log2_l1d_kib",
+                        "log2_l2_kib", "log2_l3_kib", "log2_memory_gib")
+
+
+def device_vector(device: Device) -> np.ndarray:
+    """The numeric description of a device the model's device encoder takes (CDMPP's device
+    vector, for CPUs): threads, frequency, SIMD width and cache/memory sizes, on log scales
+    where sizes span orders of magnitude. Normalized later, on the training devices."""
+    return np.array([
+        device.threads,
+        np.log2(max(device.frequency_mhz, 1.0)),
+        device.vector_width_bits / 128.0,
+        np.log2(max(device.l1d_bytes, 1) / 1024),
+        np.log2(max(device.l2_bytes, 1) / 1024),
+        np.log2(max(device.l3_bytes, 1) / 1024),
+        np.log2(max(device.memory_bytes, 1) / 2**30),
+    ], dtype=np.float32)
