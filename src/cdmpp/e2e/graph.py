@@ -1,0 +1,164 @@
+"""The dataflow graph of a network: one node per runtime call of its Relax `main`.
+
+    graph = from_relax(net.mod)           # after kernels.lower_network (fused)
+    graph.kernel_calls()                  # {"fused_conv2d_add_relu": 4, ...}
+
+Node kinds (what the VM does at run time):
+  call_tir         a kernel: `R.call_tir` / `R.call_tir_inplace` of a PrimFunc in the module
+  call_dps_packed  an external kernel (`R.call_dps_packed`, e.g. a library call): a kernel too,
+                   but cdmpp cannot featurize it, so its duration must be given
+  packed           `R.call_pure_packed` / `R.call_packed` of a function other than a VM builtin:
+                   external work, so its duration must be given too
+  builtin          a VM builtin without a kernel: `R.reshape` left by RewriteDataflowReshape (a
+                   no-copy view), shape functions, `vm.builtin.*` packed calls
+  op               any other Relax operator still present (not legalized): needs a duration
+Tuples, tuple items, variable aliases and constants are not runtime calls: they only pass
+data, so a node that reads `(a, b)[0]` depends on the producers of `a` and `b` (conservative).
+
+An edge i -> j means node j reads a value node i produced. Node ids are the program order.
+The dataclasses are plain Python (no TVM objects) so graphs can also be made by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Mapping
+
+KERNEL_KINDS = ("call_tir", "call_dps_packed", "packed", "op")  # durations must be known
+KINDS = KERNEL_KINDS + ("builtin",)
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int  # position in program order, 0..n-1
+    kernel: str  # PrimFunc / packed function / operator name
+    inputs: tuple[int, ...] = ()  # ids of the nodes whose outputs this node reads
+    kind: str = "call_tir"
+    var: str = ""  # the Relax variable bound to the result (for messages)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"node {self.id}: unknown kind {self.kind!r}; kinds: {KINDS}")
+
+
+@dataclass(frozen=True)
+class Graph:
+    nodes: tuple[Node, ...]
+
+    def __post_init__(self):
+        for i, node in enumerate(self.nodes):
+            if node.id != i:
+                raise ValueError(f"node ids must be 0..n-1 in order; position {i} has id {node.id}")
+            for j in node.inputs:
+                if not 0 <= j < len(self.nodes) or j == i:
+                    raise ValueError(f"node {i} ({node.kernel}) reads unknown node {j}")
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def kernel_calls(self) -> dict[str, int]:
+        """{kernel: number of nodes calling it}, in first-call order (builtins included)."""
+        out: dict[str, int] = {}
+        for node in self.nodes:
+            out[node.kernel] = out.get(node.kernel, 0) + 1
+        return out
+
+    def consumers(self) -> tuple[tuple[int, ...], ...]:
+        """For each node, the ids of the nodes that read it."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for node in self.nodes:
+            for j in sorted(set(node.inputs)):
+                out[j].append(node.id)
+        return tuple(tuple(c) for c in out)
+
+    def topological_order(self, priority: Mapping[int, float] | None = None) -> tuple[int, ...]:
+        """Node ids in a dependency-respecting order: among the nodes whose inputs are all
+        placed, the lowest `priority` first (default 0), ties by program order (id).
+        Raises ValueError on a cycle."""
+        prio = priority or {}
+        missing = [len(set(n.inputs)) for n in self.nodes]
+        consumers = self.consumers()
+        ready = [(prio.get(n.id, 0.0), n.id) for n in self.nodes if missing[n.id] == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, i = heapq.heappop(ready)
+            order.append(i)
+            for j in consumers[i]:
+                missing[j] -= 1
+                if missing[j] == 0:
+                    heapq.heappush(ready, (prio.get(j, 0.0), j))
+        if len(order) != len(self.nodes):
+            stuck = sorted(set(range(len(self.nodes))) - set(order))[:5]
+            raise ValueError(f"the graph has a cycle through nodes {stuck}")
+        return tuple(order)
+
+
+def _packed(symbol: str) -> tuple[str, str]:
+    """A packed-function call: a VM builtin, or an external function that does real work."""
+    return ("builtin" if symbol.startswith("vm.builtin.") else "packed"), symbol
+
+
+def _call_kind(call, tvm) -> tuple[str, str]:
+    """(kind, kernel name) of a Relax call."""
+    from tvm import relax
+
+    op = call.op
+    if isinstance(op, tvm.ir.Op):
+        name = op.name
+        if name in ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad"):
+            return "call_tir", call.args[0].name_hint
+        if name == "relax.call_dps_packed":
+            callee = call.args[0]
+            return "call_dps_packed", getattr(callee, "global_symbol", None) or str(callee)
+        if name in ("relax.call_pure_packed", "relax.call_packed", "relax.call_inplace_packed"):
+            callee = call.args[0]
+            return _packed(getattr(callee, "global_symbol", None) or str(callee))
+        if name in ("relax.reshape", "relax.memory.view", "relax.ensure_zero_offset",
+                    "relax.null_value", "relax.shape_of", "relax.tensor_to_shape",
+                    "relax.shape_to_tensor"):
+            return "builtin", name  # e.g. vm.builtin.reshape: a view, no kernel, no copy
+        return "op", name
+    if isinstance(op, relax.ExternFunc):
+        return _packed(op.global_symbol)
+    if isinstance(op, relax.GlobalVar):
+        return "op", op.name_hint  # a call to another Relax function
+    return "op", str(op)
+
+
+def from_relax(mod, func_name: str = "main") -> Graph:
+    """The dataflow graph of `mod[func_name]` (a Relax function; use the fused module)."""
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    from tvm import relax
+
+    func = mod[func_name] if isinstance(mod, tvm.IRModule) else mod
+    if not isinstance(func, relax.Function):
+        raise TypeError(f"{func_name} is a {type(func).__name__}, not a Relax function")
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        raise ValueError(f"{func_name} is not in A-normal form (its body is not a SeqExpr)")
+    producers: dict = {}  # relax Var -> frozenset of node ids whose outputs it may hold
+    nodes: list[Node] = []
+
+    def reads(expr) -> frozenset:
+        ids: set = set()
+        for v in relax.analysis.free_vars(expr):
+            ids |= producers.get(v, frozenset())
+        return frozenset(ids)
+
+    for block in body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            inputs = reads(value)
+            kind = _call_kind(value, tvm) if isinstance(value, relax.Call) else None
+            if kind is None:  # tuple, tuple item, alias, constant, match_cast: data only
+                producers[binding.var] = inputs
+                continue
+            node = Node(len(nodes), kind[1], tuple(sorted(inputs)), kind[0],
+                        binding.var.name)
+            nodes.append(node)
+            producers[binding.var] = frozenset((node.id,))
+    return Graph(tuple(nodes))

@@ -1,0 +1,162 @@
+"""From a Relax network to the kernels TVM runs, and the module that runs them.
+
+    net = lower_network(import_network("resnet18"), target)      # fusion, as TVM compiles
+    for k in net.kernels: print(k.name, k.calls)                 # fused PrimFuncs + call counts
+    exe = net.build()                                            # tvm.compile of the same module
+
+The passes are the CPU backend's (`tvm.relax.backend.cpu_generic`): library dispatch, then
+LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR; with a tuning database, TVM's
+`MetaScheduleApplyDatabase` then replaces every fused PrimFunc the database holds by its best
+schedule (as `meta_schedule.relax_integration.compile_relax` does); untuned PrimFuncs stay as they
+are. Last, `RewriteDataflowReshape` turns reshape kernels into the VM's no-copy view builtin, as
+the rest of the pipeline would, so they are not counted as kernels.
+
+`build()` compiles exactly this module (the remaining dataflow-lowering and finalization
+passes, then TVM's default TIR pipeline), so what is predicted is what is measured. Note that
+`tvm.compile(mod, "llvm")` on an unfused module uses another pipeline (no fusion on CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from cdmpp.tvm_env import import_tvm
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One PrimFunc that `main` calls, and how often."""
+
+    name: str  # GlobalVar name in the module
+    calls: int  # call sites in `main` (each runs once per inference)
+    # tvm.tirx.PrimFunc; schedule a copy (`workload_module`), never this object
+    func: object = field(compare=False, repr=False)
+    tuned: bool = False  # its schedule came from the tuning database
+
+
+@dataclass(frozen=True)
+class NetworkModule:
+    """A Relax module after fusion: `main` + the PrimFuncs it calls."""
+
+    mod: object = field(compare=False, repr=False)  # tvm.IRModule
+    kernels: tuple[Kernel, ...]
+    target: dict = field(hash=False)
+    name: str = "network"
+    batch: int | None = None
+    tuning_db: str | None = None
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(f"{self.name} has no kernel {name!r}")
+
+    def build(self):
+        """The executable of this module (`tvm.compile`), for `tvm.relax.VirtualMachine`."""
+        tvm = import_tvm()
+        from tvm.relax.backend.cpu_generic import pipeline
+
+        tgt = tvm.target.Target(self.target)
+        rest = tvm.transform.Sequential(pipeline.dataflow_lower_passes(tgt)
+                                        + pipeline.finalize_passes(tgt))
+        with tgt:
+            return tvm.compile(self.mod, tgt, relax_pipeline=rest)
+
+
+def workload_module(kernel: Kernel):
+    """The meta_schedule workload of a kernel (as `relax_integration.extract_tasks` makes it):
+    a tuning record of this IRModule in the database replaces the kernel. A deep copy: a
+    `s_tir.Schedule` edits the statements of the module it is given in place, which would
+    otherwise change `kernel.func` (they share them)."""
+    tvm = import_tvm()
+    mod = tvm.IRModule({"main": kernel.func.with_attr("global_symbol", "main")})
+    return tvm.ir.load_json(tvm.ir.save_json(mod))
+
+
+def _tuning_database(tuning_db):
+    """None, a meta_schedule Database, or the path of a TVM JSON database."""
+    from pathlib import Path
+
+    from cdmpp.tvm_env import meta_schedule
+
+    if tuning_db is None or not isinstance(tuning_db, (str, os.PathLike)):
+        return tuning_db
+    path = Path(tuning_db)
+    if not (path / "database_workload.json").is_file():
+        raise FileNotFoundError(f"{path} is not a TVM JSON database (no database_workload.json)")
+    return meta_schedule().database.JSONDatabase(work_dir=str(path))
+
+
+def _passes(target):
+    tvm = import_tvm()
+    from tvm.relax.backend.cpu_generic import pipeline
+
+    tgt = tvm.target.Target(target)
+    return tgt, tvm.transform.Sequential(pipeline.library_dispatch_passes(tgt)
+                                         + pipeline.legalize_passes(tgt))
+
+
+def fuse(mod, target, tuning_db=None):
+    """`mod` (Relax, unfused) after the CPU backend's fusion passes (and the database)."""
+    return _fuse(mod, target, tuning_db)[0]
+
+
+def _fuse(mod, target, tuning_db=None):
+    """(fused module, names of the PrimFuncs the database replaced)."""
+    import_tvm()
+    from tvm import relax
+
+    from cdmpp.measure.tvm_codec import structural_equal
+
+    tgt, seq = _passes(target)
+    replaced: set = set()
+    with tgt:  # the caller's PassContext, as tvm.compile runs its pipeline
+        mod = seq(mod)
+        database = _tuning_database(tuning_db)
+        if database is not None:
+            before = {gv.name_hint: f for gv, f in mod.functions.items()}
+            with database:
+                mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+            replaced = {gv.name_hint for gv, f in mod.functions.items()
+                        if not structural_equal(f, before.get(gv.name_hint))}
+        mod = relax.transform.RewriteDataflowReshape()(mod)
+    return mod, replaced
+
+
+def call_counts(mod) -> dict[str, int]:
+    """{PrimFunc name: call sites in `main`} for every `call_tir` / `call_tir_inplace`."""
+    from cdmpp.e2e.graph import from_relax
+
+    counts: dict[str, int] = {}
+    for node in from_relax(mod).nodes:
+        if node.kind == "call_tir":
+            counts[node.kernel] = counts.get(node.kernel, 0) + 1
+    return counts
+
+
+def target_dict(target) -> dict:
+    """A target (dict, string or `tvm.target.Target`) as the JSON-friendly dict of `Device`."""
+    import json
+
+    if isinstance(target, dict):
+        return target
+    tvm = import_tvm()
+    from cdmpp.device import _jsonable
+
+    return json.loads(json.dumps(_jsonable(tvm.target.Target(target).export())))
+
+
+def lower_network(mod, target, *, tuning_db=None, name: str = "network",
+                  batch: int | None = None) -> NetworkModule:
+    """The fused network and its kernels (PrimFuncs that `main` calls, in first-call order)."""
+    tvm = import_tvm()
+
+    fused, replaced = _fuse(mod, target, tuning_db)
+    funcs = {gv.name_hint: f for gv, f in fused.functions.items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    kernels = tuple(Kernel(kname, calls, funcs[kname], kname in replaced)
+                    for kname, calls in call_counts(fused).items())
+    db_name = None if tuning_db is None else (
+        str(tuning_db) if isinstance(tuning_db, (str, os.PathLike)) else type(tuning_db).__name__)
+    return NetworkModule(fused, kernels, target_dict(target), name, batch, db_name)

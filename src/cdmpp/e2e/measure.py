@@ -1,0 +1,152 @@
+"""Time a whole network with TVM's Relax VM, and its kernels one by one, like the collector.
+
+    m = measure_network(net, kernels=True)   # net: kernels.NetworkModule
+    m.latency_s, m.measurement.passes, m.kernel_s()
+
+The protocol is the collector's (`measure.timing`): the network (and, with `kernels=True`, each
+kernel built on its own) is timed in interleaved passes, a reference kernel before each, extra
+passes when the two best passes disagree; the label is the minimum over every repeat of every
+pass (see `types.Measurement`), and every value is kept. TVM runs with the device's thread count.
+The VM is timed through `save_function` (arguments bound once), so a repeat is the inference
+alone; each time_evaluator call starts with one untimed warm-up run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from cdmpp.tvm_env import import_tvm
+from cdmpp.types import Measurement
+
+
+@dataclass(frozen=True)
+class NetworkMeasurement:
+    network: str
+    batch: int | None
+    device_id: str
+    threads: int
+    measurement: Measurement  # the whole network: every repeat of every pass
+    kernels: Mapping[str, Measurement] = field(default_factory=dict, hash=False)  # per call
+    failed: Mapping[str, str] = field(default_factory=dict, hash=False)  # kernel -> error
+
+    @property
+    def latency_s(self) -> float:
+        return self.measurement.latency_s
+
+    def kernel_s(self) -> dict[str, float]:
+        """{kernel: measured seconds per call} of the kernels timed on their own."""
+        return {name: m.latency_s for name, m in self.kernels.items()}
+
+    def to_json(self) -> dict:
+        def one(m: Measurement) -> dict:
+            return {"latency_s": m.latency_s, "run_secs": list(m.run_secs),
+                    "pass_ref_ratios": [p.ref_ratio for p in m.passes]}
+
+        return {"network": self.network, "batch": self.batch, "device_id": self.device_id,
+                "threads": self.threads, "network_timing": one(self.measurement),
+                "kernels": {k: one(m) for k, m in self.kernels.items()},
+                "failed": dict(self.failed)}
+
+
+class VMProgram:
+    """A Relax VM function with bound arguments, timed like a built kernel by `Timer`
+    (it has the `time_evaluator(name, device, **kw)` of a runtime module)."""
+
+    def __init__(self, executable, inputs, func: str = "main"):
+        tvm = import_tvm()
+        from tvm import relax
+
+        self.vm = relax.VirtualMachine(executable, tvm.cpu())
+        self.vm.save_function(func, f"{func}__cdmpp_bound", *inputs)
+        self._saved = f"{func}__cdmpp_bound"
+
+    def run(self):
+        return self.vm[self._saved]()
+
+    def time_evaluator(self, _name, device, **kwargs):
+        evaluator = self.vm.time_evaluator(self._saved, device, **kwargs)
+        return lambda *_args: evaluator()
+
+
+def _dtype(ty) -> str:
+    return str(ty.dtype)
+
+
+def random_inputs(mod, seed: int = 0, func: str = "main") -> list:
+    """Random tensors for the parameters of a Relax function (floats in [-1, 1); integers 0,
+    valid indices for embeddings)."""
+    tvm = import_tvm()
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for param in mod[func].params:
+        ty = param.ty
+        if not hasattr(ty, "shape") or ty.shape is None:
+            raise ValueError(f"{func} parameter {param.name} is not a tensor of known shape "
+                             f"({ty}); cannot make an input for it")
+        shape = tuple(int(s) for s in ty.shape)
+        dtype = _dtype(ty)
+        if np.issubdtype(np.dtype(dtype), np.floating):
+            data = rng.uniform(-1, 1, size=shape).astype(dtype)
+        else:
+            data = np.zeros(shape, dtype=dtype)
+        arrays.append(tvm.runtime.tensor(data, tvm.cpu()))
+    return arrays
+
+
+def kernel_args_info(func) -> list:
+    """`args_info` JSON (`["TENSOR", dtype, shape]`) of a PrimFunc's parameters (TVM's
+    `ArgInfo`, as meta_schedule records them)."""
+    from cdmpp.tvm_env import meta_schedule
+
+    infos = meta_schedule().arg_info.ArgInfo.from_prim_func(func)
+    return [[str(x) if i < 2 else [int(d) for d in x] for i, x in enumerate(info.as_json())]
+            for info in infos]
+
+
+def build_kernel(func, target):
+    """A PrimFunc built on its own (TVM's default TIR pipeline), as the collector builds."""
+    tvm = import_tvm()
+    from cdmpp.measure.build import compile_module
+
+    func = func.with_attr("global_symbol", "main")
+    return compile_module(tvm.IRModule({"main": func}), target).jit()
+
+
+def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
+                    seed: int = 0, executable=None) -> NetworkMeasurement:
+    """Time `net` (a `kernels.NetworkModule`) end to end; with `kernels`, also each kernel on
+    its own (interleaved with the network in the same passes)."""
+    tvm = import_tvm()
+    from cdmpp.device import local_device
+    from cdmpp.measure.collect import set_threads
+    from cdmpp.measure.timing import Protocol, Timer, random_args
+
+    device = device or local_device()
+    set_threads(device.threads)
+    protocol = protocol or Protocol()
+    exe = executable if executable is not None else net.build()
+    programs = [("__network__", VMProgram(exe, random_inputs(net.mod, seed)), [])]
+    failed: dict[str, str] = {}
+    if kernels:
+        for k in net.kernels:
+            try:
+                args = random_args(kernel_args_info(k.func), tvm.cpu(), seed)
+                programs.append((k.name, build_kernel(k.func, net.target), args))
+            except Exception as e:  # noqa: BLE001 - reported, the rest is still timed
+                failed[k.name] = f"{type(e).__name__}: {e}"
+    timer = Timer(protocol, net.target)
+    results = timer.measure_batch(programs)
+    network = results.pop("__network__")
+    if isinstance(network, Exception):
+        raise RuntimeError(f"running {net.name} failed: {network}") from network
+    per_kernel = {}
+    for name, m in results.items():
+        if isinstance(m, Exception):
+            failed[name] = f"{type(m).__name__}: {m}"
+        else:
+            per_kernel[name] = m
+    return NetworkMeasurement(net.name, net.batch, device.device_id, device.threads, network,
+                              per_kernel, failed)

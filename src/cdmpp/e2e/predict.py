@@ -1,0 +1,184 @@
+"""Predicted end-to-end latency of a network: kernel latencies from an estimator, replayed.
+
+    net = lower_network(import_network("resnet18"), device.target, name="resnet18", batch=1)
+    result = predict_network(load_estimator("default"), net)
+    result.predicted_s, result.kernels[:5], result.critical_path_kernels()
+
+Every kernel TVM runs (the fused PrimFuncs `main` calls) is featurized with
+`cdmpp.features.extract` on the PrimFunc itself (structurally equal kernels once), predicted
+in one `estimator.predict(ProgramSet)` call, and the dataflow graph of `main` is replayed
+(`e2e.replay`) with those latencies plus the device's calibrated call overhead (`e2e.overhead`).
+A kernel that cannot be featurized or gets no valid prediction is an error naming it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import numpy as np
+
+from cdmpp.e2e.graph import Graph, from_relax
+from cdmpp.e2e.replay import CallOverhead, ReplayResult, replay
+
+
+@dataclass(frozen=True)
+class KernelPrediction:
+    name: str
+    calls: int
+    predicted_s: float  # one call, kernel only
+    total_s: float  # calls * (predicted_s + overhead per call)
+    measured_s: float | None = None  # one call, timed on its own (with --measure)
+    tuned: bool = False  # its schedule came from the tuning database
+    kind: str = "call_tir"  # graph node kind; "builtin" rows have no kernel time
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "calls": self.calls, "predicted_s": self.predicted_s,
+                "predicted_total_s": self.total_s, "measured_s": self.measured_s,
+                "measured_total_s": None if self.measured_s is None
+                else self.calls * self.measured_s, "tuned": self.tuned, "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class E2EResult:
+    network: str
+    batch: int | None
+    device_id: str | None
+    predicted_s: float
+    kernels: tuple[KernelPrediction, ...]  # by predicted total, largest first
+    graph: Graph = field(repr=False)
+    replay: ReplayResult = field(repr=False)
+    timings_s: Mapping[str, float] = field(default_factory=dict, hash=False)
+    measured_s: float | None = None
+    measurement: object = field(default=None, repr=False, compare=False)  # NetworkMeasurement
+    measured_kernels_replay_s: float | None = None  # replay with kernels timed alone
+
+    @property
+    def error_rel(self) -> float | None:
+        """(predicted - measured) / measured, or None without a measurement."""
+        if self.measured_s is None:
+            return None
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+    def critical_path_kernels(self) -> tuple[str, ...]:
+        return tuple(self.graph.nodes[i].kernel for i in self.replay.critical_path)
+
+    def with_measurement(self, m) -> "E2EResult":
+        """A new result holding a `measure.NetworkMeasurement` of the same network. When every
+        kernel was timed on its own, `measured_kernels_replay_s` is the replay of the graph
+        with those timings: its gap to `measured_s` is the replay's own error."""
+        per_kernel = m.kernel_s()
+        kernels = tuple(replace(k, measured_s=per_kernel.get(k.name)) for k in self.kernels)
+        try:
+            oracle = replay(self.graph, per_kernel, overhead=self.replay.overhead,
+                            queue_of=dict(enumerate(self.replay.queue))).total_s
+        except KeyError:  # some kernel was not timed alone
+            oracle = None
+        return replace(self, kernels=kernels, measured_s=m.latency_s, measurement=m,
+                       measured_kernels_replay_s=oracle)
+
+    def to_json(self) -> dict:
+        o = self.replay.overhead
+        return {"network": self.network, "batch": self.batch, "device_id": self.device_id,
+                "predicted_s": self.predicted_s, "measured_s": self.measured_s,
+                "error_rel": self.error_rel,
+                "measured_kernels_replay_s": self.measured_kernels_replay_s,
+                "kernels": [k.to_json() for k in self.kernels],
+                "nodes": len(self.graph),
+                "overhead": {"per_call_s": o.per_call_s, "per_builtin_s": o.per_builtin_s,
+                             "per_invoke_s": o.per_invoke_s},
+                "critical_path": list(self.critical_path_kernels()),
+                "timings_s": dict(self.timings_s),
+                "measurement": None if self.measurement is None else self.measurement.to_json()}
+
+
+def kernel_programs(kernels, target):
+    """(ProgramSet of the distinct kernels, kernel name -> row). Structurally equal PrimFuncs
+    share a row. Raises RuntimeError naming a kernel that cannot be featurized."""
+    import tvm_ffi
+
+    from cdmpp.dataset.programs import ProgramSet
+    from cdmpp.features import extract
+
+    rows: dict[str, int] = {}
+    by_hash: dict[int, int] = {}
+    feats, pos, names = [], [], []
+    for k in kernels:
+        h = tvm_ffi.structural_hash(k.func)
+        if h not in by_hash:
+            try:
+                ast = extract(k.func, target)
+            except Exception as e:  # noqa: BLE001 - re-raised with the kernel's name
+                raise RuntimeError(f"cannot featurize kernel {k.name}: {type(e).__name__}: "
+                                   f"{e}") from e
+            by_hash[h] = len(feats)
+            feats.append(ast.leaf_features)
+            pos.append(ast.leaf_pos)
+            names.append(k.name)
+        rows[k.name] = by_hash[h]
+    return ProgramSet(tuple(feats), tuple(pos), None, tuple(names)), rows
+
+
+def predict_kernels(estimator, kernels, target) -> dict[str, float]:
+    """{kernel name: predicted seconds per call}."""
+    programs, rows = kernel_programs(kernels, target)
+    if not len(programs):
+        return {}
+    latency = np.asarray(estimator.predict(programs), dtype=np.float64).reshape(-1)
+    if latency.shape != (len(programs),):
+        raise RuntimeError(f"the estimator returned {latency.shape} predictions for "
+                           f"{len(programs)} kernels")
+    out = {name: float(latency[row]) for name, row in rows.items()}
+    bad = [f"{n} ({v!r})" for n, v in out.items() if not (np.isfinite(v) and v >= 0)]
+    if bad:
+        raise RuntimeError(f"the estimator gave no valid latency for kernel(s): {', '.join(bad)}")
+    return out
+
+
+def predict_network(estimator, network, target=None, *, overhead="auto", device=None,
+                    queue_of: Mapping[int, str] | None = None,
+                    extra_kernel_s: Mapping[str, float] | None = None,
+                    log=None) -> E2EResult:
+    """Predict `network` (a `kernels.NetworkModule`, or a Relax IRModule, lowered here).
+
+    `target`: the network's own by default. `overhead`: a `CallOverhead`, "auto" (the calibrated
+    overhead of `device`, default this machine, measured and cached on first use) or None (no
+    overhead). `queue_of`: node id -> queue (default: one CPU queue). `extra_kernel_s`:
+    durations for kernels cdmpp cannot featurize (e.g. `call_dps_packed` library calls).
+    `timings_s` holds the time of each step; "prediction_s" (features + estimator + replay)
+    excludes TVM's import and lowering ("lower_s").
+    """
+    from cdmpp.e2e.kernels import NetworkModule, lower_network
+
+    timings = {}
+    if not isinstance(network, NetworkModule):
+        if target is None:
+            raise ValueError("predicting a Relax IRModule needs a target")
+        t0 = time.perf_counter()
+        network = lower_network(network, target)
+        timings["lower_s"] = time.perf_counter() - t0
+    target = target or network.target
+    if overhead == "auto":
+        from cdmpp.device import local_device
+        from cdmpp.e2e.overhead import load_overhead
+
+        device = device or local_device()
+        overhead = load_overhead(device, log=log).overhead
+    overhead = overhead or CallOverhead()
+
+    t0 = time.perf_counter()
+    kernel_s = predict_kernels(estimator, network.kernels, target)
+    t1 = time.perf_counter()
+    graph = from_relax(network.mod)
+    result = replay(graph, {**(extra_kernel_s or {}), **kernel_s}, overhead=overhead,
+                    queue_of=queue_of)
+    t2 = time.perf_counter()
+    timings.update(features_and_estimator_s=t1 - t0, replay_s=t2 - t1, prediction_s=t2 - t0)
+
+    tuned = {k.name: k.tuned for k in network.kernels}
+    kernels = tuple(KernelPrediction(row.name, row.calls, row.kernel_s, row.total_s,
+                                     tuned=tuned.get(row.name, False), kind=row.kind)
+                    for row in result.breakdown)
+    return E2EResult(network.name, network.batch, getattr(device, "device_id", None),
+                     result.total_s, kernels, graph, result, timings)

@@ -1,0 +1,96 @@
+"""Text table, JSON file and PNG breakdown of an `E2EResult`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+JSON_KEYS = ("network", "batch", "device_id", "predicted_s", "measured_s", "kernels")
+
+
+def _ms(x: float | None) -> str:
+    return "" if x is None else f"{1e3 * x:.3f}"
+
+
+def format_table(result, top: int = 10) -> str:
+    """Predicted (and measured) total, error, and the top kernels by predicted time."""
+    name = result.network + (f" (batch {result.batch})" if result.batch else "")
+    lines = [f"network    {name}: {len(result.graph)} runtime calls, "
+             f"{sum(k.kind != 'builtin' for k in result.kernels)} distinct kernels",
+             f"predicted  {_ms(result.predicted_s)} ms"]
+    if result.measured_s is not None:
+        lines.append(f"measured   {_ms(result.measured_s)} ms")
+        lines.append(f"error      {100 * result.error_rel:+.1f}%")
+        if result.measured_kernels_replay_s is not None:
+            replayed = result.measured_kernels_replay_s
+            lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "
+                         f"({100 * (replayed / result.measured_s - 1):+.1f}% vs measured: the "
+                         "replay's own error)")
+    o = result.replay.overhead
+    lines.append(f"overhead   {1e6 * o.per_call_s:.3f} us per kernel call, "
+                 f"{1e6 * o.per_builtin_s:.3f} us per builtin, {1e6 * o.per_invoke_s:.3f} us "
+                 "per inference")
+    lines.append("")
+    measured = any(k.measured_s is not None for k in result.kernels)
+    head = f"{'kernel':<44} {'calls':>5} {'pred ms/call':>12} {'pred ms':>9} {'share':>6}"
+    if measured:
+        head += f" {'meas ms/call':>12} {'error':>7}"
+    lines.append(head)
+    for k in result.kernels[:top]:
+        share = k.total_s / result.predicted_s if result.predicted_s else 0.0
+        row = (f"{k.name[:44]:<44} {k.calls:>5} {_ms(k.predicted_s):>12} {_ms(k.total_s):>9} "
+               f"{100 * share:>5.1f}%")
+        if measured:
+            err = "" if not k.measured_s else f"{100 * (k.predicted_s / k.measured_s - 1):+.0f}%"
+            row += f" {_ms(k.measured_s):>12} {err:>7}"
+        lines.append(row)
+    if len(result.kernels) > top:
+        rest = sum(k.total_s for k in result.kernels[top:])
+        lines.append(f"... {len(result.kernels) - top} more kernels: {_ms(rest)} ms")
+    return "\n".join(lines)
+
+
+def write_json(result, path) -> Path:
+    """`result.to_json()` (keys `JSON_KEYS` and more), written atomically."""
+    from cdmpp.measure.database import write_text_atomic
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(result.to_json(), indent=1) + "\n")
+    return path
+
+
+def plot_breakdown(result, path, top: int = 15) -> Path:
+    """Horizontal bars: predicted (and measured) time of the top kernels, all calls summed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    kernels = [k for k in result.kernels if k.kind != "builtin"][:top]
+    names = [f"{k.name} x{k.calls}" for k in kernels][::-1]
+    pred = [1e3 * k.total_s for k in kernels][::-1]
+    meas = [None if k.measured_s is None else 1e3 * k.measured_s * k.calls
+            for k in kernels][::-1]
+    fig = Figure(figsize=(9, 0.35 * len(kernels) + 1.6))  # Agg, outside pyplot's global state
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ys = range(len(kernels))
+    has_meas = any(m is not None for m in meas)
+    h = 0.4 if has_meas else 0.7
+    ax.barh([y + (h / 2 if has_meas else 0) for y in ys], pred, height=h, label="predicted")
+    if has_meas:
+        ax.barh([y - h / 2 for y in ys], [m or 0 for m in meas], height=h,
+                label="measured (kernel alone)")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_xlabel("ms per inference (all calls)")
+    title = f"{result.network}" + (f" batch {result.batch}" if result.batch else "")
+    title += f": predicted {_ms(result.predicted_s)} ms"
+    if result.measured_s is not None:
+        title += f", measured {_ms(result.measured_s)} ms ({100 * result.error_rel:+.1f}%)"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,118 @@
+"""Tiny networks through TVM: the kernels it runs, their dataflow graph, build and timing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from e2e_helpers import device, lowered  # noqa: F401  (fixtures)
+
+from cdmpp.e2e.graph import from_relax
+
+
+def test_tiny_mlp_has_two_fused_kernels_in_a_chain(lowered):
+    net = lowered("tiny_mlp")
+    names = [k.name for k in net.kernels]
+    assert len(names) == 2 and all(k.calls == 1 for k in net.kernels)
+    assert "matmul" in names[0] and "relu" in names[0]  # Linear + bias + ReLU fused
+    assert "matmul" in names[1] and "relu" not in names[1]
+    graph = from_relax(net.mod)
+    assert [(n.kernel, n.inputs, n.kind) for n in graph.nodes] == [
+        (names[0], (), "call_tir"), (names[1], (0,), "call_tir")]
+    assert graph.kernel_calls() == {names[0]: 1, names[1]: 1}
+
+
+def test_tiny_branch_graph_has_two_independent_branches_and_a_join(lowered):
+    graph = from_relax(lowered("tiny_branch").mod)
+    roots = [n for n in graph.nodes if not n.inputs]
+    assert len(roots) == 2  # the two Linear branches read only the input
+    assert {"relu", "tanh"} <= {w for n in roots for w in ("relu", "tanh") if w in n.kernel}
+    join = graph.nodes[-1]
+    assert "matmul" in join.kernel and len(join.inputs) == 2
+
+    def ancestors(i):
+        out = set(graph.nodes[i].inputs)
+        for j in graph.nodes[i].inputs:
+            out |= ancestors(j)
+        return out
+
+    assert {r.id for r in roots} <= ancestors(join.id)
+
+
+def test_built_module_computes_what_torch_computes(lowered):
+    import torch
+
+    from cdmpp.e2e.measure import VMProgram
+    from cdmpp.e2e.networks import torch_model
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    net = lowered("tiny_branch")
+    model, (x,) = torch_model("tiny_branch", 2)  # same seed, same weights
+    with torch.no_grad():
+        expected = model(x).numpy()
+    out = VMProgram(net.build(), [tvm.runtime.tensor(x.numpy(), tvm.cpu())]).run()
+    got = (out[0] if not hasattr(out, "numpy") else out).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_measure_network_times_the_network_and_each_kernel(lowered, device):
+    from cdmpp.e2e.measure import measure_network
+    from cdmpp.measure.timing import Protocol
+
+    net = lowered("tiny_mlp")
+    fast = Protocol(repeat=2, passes=2, max_extra_passes=0, min_repeat_ms=1)
+    m = measure_network(net, device=device, protocol=fast, kernels=True)
+    assert 0 < m.latency_s < 0.01
+    assert len(m.measurement.run_secs) == 4 and len(m.measurement.passes) == 2
+    assert set(m.kernel_s()) == {k.name for k in net.kernels} and not m.failed
+    assert m.to_json()["network_timing"]["run_secs"] == list(m.measurement.run_secs)
+
+
+def test_unknown_network_names_the_choices():
+    from cdmpp.e2e.networks import spec
+
+    with pytest.raises(ValueError, match="resnet18"):
+        spec("resnet-18")
+
+
+def test_import_onnx_without_the_package_is_a_clear_error(tmp_path):
+    from cdmpp.e2e.networks import import_onnx
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"")
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match="onnx"):
+            import_onnx(path)
+    with pytest.raises(FileNotFoundError):
+        import_onnx(tmp_path / "missing.onnx")
+
+
+def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_path):
+    from cdmpp.e2e.kernels import lower_network, workload_module
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.features import extract
+    from cdmpp.features.compact_ast import FOR_PARALLEL
+    from cdmpp.tvm_env import import_tvm, meta_schedule
+
+    tvm, ms = import_tvm(), meta_schedule()
+    from tvm import s_tir
+
+    untuned = lowered("tiny_mlp")
+    kernel = untuned.kernels[0]
+    sch = s_tir.Schedule(workload_module(kernel))
+    sch.parallel(sch.get_loops(sch.get_sblock("matmul"))[0])
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    db.commit_tuning_record(ms.database.TuningRecord(
+        sch.trace, db.commit_workload(workload_module(kernel)), [1e-6],
+        tvm.target.Target(device.target), ms.arg_info.ArgInfo.from_prim_func(kernel.func)))
+
+    tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
+    assert [(k.name, k.tuned) for k in tuned.kernels] == [(kernel.name, True),
+                                                          (untuned.kernels[1].name, False)]
+    assert FOR_PARALLEL in extract(tuned.kernels[0].func, device.target).node_kind
+    assert FOR_PARALLEL not in extract(kernel.func, device.target).node_kind
+    tuned.build()  # the tuned module compiles
+    with pytest.raises(FileNotFoundError, match="not a TVM JSON database"):
+        lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "x")

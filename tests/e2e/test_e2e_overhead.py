@@ -1,0 +1,54 @@
+"""The per-call overhead: stored beside the device, loaded, and calibrated for real."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e_helpers import device  # noqa: F401  (fixture)
+
+from cdmpp.e2e import overhead as oh
+from cdmpp.e2e.replay import CallOverhead
+
+
+def _cal(device_id="abc", version=oh.METHOD_VERSION):
+    return oh.OverheadCalibration(device_id, 2, CallOverhead(2e-7, 1e-7, 5e-7), version,
+                                  "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5),
+                                  (5e-7, 1e-5), 1e-8, {"kernel_chain_1": [1e-6, 1.1e-6]})
+
+
+def test_saved_beside_device_json_and_read_back(tmp_path, device):
+    cal = _cal(device.device_id)
+    path = oh.save_overhead(cal, device, root=tmp_path)
+    assert path == tmp_path / "devices" / device.device_id / "overhead.json"
+    assert (path.parent / "device.json").is_file()
+    assert oh.read_overhead(device.device_id, tmp_path) == cal
+    assert oh.load_overhead(device, calibrate=False, root=tmp_path) == cal
+    assert "method" in json.loads(path.read_text())
+
+
+def test_missing_outdated_or_corrupt_calibrations(tmp_path, device):
+    assert oh.read_overhead("nothing", tmp_path) is None
+    with pytest.raises(FileNotFoundError, match="no overhead calibration"):
+        oh.load_overhead(device, calibrate=False, root=tmp_path)
+    oh.save_overhead(_cal("old", version=oh.METHOD_VERSION - 1), root=tmp_path)
+    assert oh.read_overhead("old", tmp_path) is None  # another method: recalibrate
+    (tmp_path / "devices" / "old" / "overhead.json").write_text("{")
+    with pytest.raises(ValueError, match="corrupt"):
+        oh.read_overhead("old", tmp_path)
+    with pytest.raises(ValueError, match="cannot be stored"):
+        oh.save_overhead(_cal("other"), device, root=tmp_path)
+
+
+def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
+    from cdmpp.measure.timing import Protocol
+
+    fast = Protocol(repeat=2, passes=2, max_extra_passes=0, min_repeat_ms=2)
+    cal = oh.calibrate_overhead(device, lengths=(1, 16), protocol=fast)
+    assert cal.device_id == device.device_id and cal.chain_lengths == (1, 16)
+    assert cal.kernel_chain_s[1] > cal.kernel_chain_s[0] > 0
+    assert 0 <= cal.overhead.per_call_s < 1e-4 and 0 <= cal.overhead.per_builtin_s < 1e-4
+    assert set(cal.values) == {"kernel_chain_1", "kernel_chain_16", "view_chain_1",
+                               "view_chain_16", "tiny_kernel"}
+    assert all(len(v) == 4 for v in cal.values.values())  # every repeat of every pass kept
+    assert oh.OverheadCalibration.from_json(cal.to_json()) == cal

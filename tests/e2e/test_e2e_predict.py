@@ -1,0 +1,109 @@
+"""Whole-network prediction with a stub estimator; the `cdmpp e2e` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e_helpers import StubEstimator, device, lowered  # noqa: F401  (fixtures)
+
+from cdmpp.e2e.predict import predict_network
+from cdmpp.e2e.replay import CallOverhead, MissingDurationError
+from cdmpp.e2e.report import JSON_KEYS
+
+
+def test_prediction_is_the_replay_of_kernel_predictions_plus_overhead(lowered):
+    net = lowered("tiny_mlp")
+    first, second = (k.name for k in net.kernels)
+    est = StubEstimator({first: 3e-5, second: 1e-5})
+    overhead = CallOverhead(per_call_s=1e-6, per_builtin_s=0.0, per_invoke_s=2e-6)
+    r = predict_network(est, net, overhead=overhead)
+    assert r.predicted_s == pytest.approx(3e-5 + 1e-5 + 2 * 1e-6 + 2e-6)
+    assert [(k.name, k.calls) for k in r.kernels] == [(first, 1), (second, 1)]
+    assert r.kernels[0].predicted_s == pytest.approx(3e-5)
+    assert r.kernels[0].total_s == pytest.approx(3e-5 + 1e-6)
+    assert r.critical_path_kernels() == (first, second)
+    assert est.calls == 1  # one batched predict for the whole network
+    assert r.timings_s["prediction_s"] < 10.0
+
+
+def test_json_has_the_stated_keys(lowered):
+    r = predict_network(StubEstimator(), lowered("tiny_branch"), overhead=None)
+    d = json.loads(json.dumps(r.to_json()))
+    assert set(JSON_KEYS) <= set(d)
+    assert d["network"] == "tiny_branch" and d["batch"] == 2 and d["measured_s"] is None
+    assert d["predicted_s"] == pytest.approx(4 * 1e-4)  # 4 kernels, one queue, no overhead
+    assert {"name", "calls", "predicted_s"} <= set(d["kernels"][0])
+
+
+def test_an_invalid_kernel_prediction_is_an_error_naming_the_kernel(lowered):
+    net = lowered("tiny_mlp")
+    bad = net.kernels[1].name
+    with pytest.raises(RuntimeError, match=bad):
+        predict_network(StubEstimator({bad: float("nan")}), net, overhead=None)
+
+
+def test_a_kernel_cdmpp_cannot_featurize_needs_a_given_duration(device):
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.tvm_env import import_tvm
+
+    import_tvm()
+    from tvm import relax
+    from tvm.script import relax as R
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(x))
+            z = bb.emit(relax.call_dps_packed("my_lib.gemm", [y],
+                                               out_ty=R.Tensor((4, 4), "float32")))
+            out = bb.emit_output(relax.op.add(z, y))
+        bb.emit_func_output(out)
+    net = lower_network(bb.get(), device.target)
+    with pytest.raises(MissingDurationError, match="my_lib.gemm"):
+        predict_network(StubEstimator(), net, overhead=None)
+    r = predict_network(StubEstimator(), net, overhead=None, extra_kernel_s={"my_lib.gemm": 1.0})
+    assert r.predicted_s == pytest.approx(1.0 + 2e-4)
+    assert [n.kind for n in r.graph.nodes] == ["call_tir", "call_dps_packed", "call_tir"]
+    assert r.graph.nodes[2].inputs == (0, 1)
+
+
+@pytest.fixture
+def cli_env(monkeypatch, tmp_path, device):
+    """`cdmpp e2e` with the stub estimator and a stored overhead calibration (no timing)."""
+    from cdmpp.e2e import overhead
+    from cdmpp.model import registry
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(registry, "load_estimator", lambda spec: StubEstimator())
+    cal = overhead.OverheadCalibration(device.device_id, device.threads,
+                                       CallOverhead(1e-6, 1e-7, 1e-6), overhead.METHOD_VERSION,
+                                       "2026-01-01T00:00:00+00:00", (1, 2), (1e-6, 2e-6),
+                                       (1e-6, 1e-6), 1e-8, {})
+    overhead.save_overhead(cal, device)
+    return tmp_path
+
+
+def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
+    from cdmpp.cli.main import main
+
+    out, png = cli_env / "r.json", cli_env / "r.png"
+    rc = main(["e2e", "--network", "tiny_mlp", "--batch", "2", "--model", "stub", "--measure",
+               "--json", str(out), "--plot", str(png)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "predicted" in text and "measured" in text and "error" in text
+    d = json.loads(out.read_text())
+    assert set(JSON_KEYS) <= set(d)
+    assert d["network"] == "tiny_mlp" and d["batch"] == 2 and d["measured_s"] > 0
+    assert d["predicted_s"] == pytest.approx(2 * (1e-4 + 1e-6) + 1e-6)
+    assert all(k["measured_s"] > 0 for k in d["kernels"])
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_without_a_model_is_a_clear_error(capsys):
+    from cdmpp.cli.main import main
+
+    assert main(["e2e", "--network", "tiny_mlp", "--model", "/nonexistent/model"]) == 2
+    assert "model directory /nonexistent/model does not exist" in capsys.readouterr().err
