@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,18 +207,10 @@ def local_device(threads: int | None = None, mcpu: str | None = None) -> Device:
 
 def save_device(directory, device: Device) -> Path:
     """Write DIR/device.json atomically (readers never see a half-written file)."""
-    path = Path(directory) / DEVICE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".device.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(device.to_json(), f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    from cdmpp.atomic import write_text_atomic
+
+    text = json.dumps(device.to_json(), indent=2, sort_keys=True) + "\n"
+    return write_text_atomic(Path(directory) / DEVICE_FILE, text)
 
 
 def load_device(directory) -> Device | None:

@@ -45,8 +45,9 @@ def sample_databases() -> list[str]:
 
 def default_store_dir() -> Path:
     """`$XDG_CACHE_HOME/cdmpp/features`, else `~/.cache/cdmpp/features`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cdmpp" / "features"
+    from cdmpp.paths import cache_root
+
+    return cache_root() / "features"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class Split:
                 np.array([index[tuple(s)] for s in self.test], dtype=np.int64))
 
     def save(self, store_path: str | Path) -> Path:
-        from cdmpp.measure.database import write_text_atomic
+        from cdmpp.atomic import write_text_atomic
 
         directory = Path(store_path) / SPLITS_DIR
         directory.mkdir(parents=True, exist_ok=True)

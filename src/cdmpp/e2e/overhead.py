@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from cdmpp.e2e.replay import CallOverhead
+from cdmpp.paths import cache_root
 
 OVERHEAD_FILE = "overhead.json"
 METHOD_VERSION = 1
@@ -39,11 +38,6 @@ METHOD = ("least-squares slopes of VM time vs chain length: L tiny kernels (minu
           "alone) and L reshape views; per-invoke = shortest kernel chain minus its calls; "
           "collector's timing protocol, minimum over every repeat of every pass")
 CHAIN_LENGTHS = (1, 64, 128)
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cdmpp"
 
 
 def device_dir(device_id: str, root: str | Path | None = None) -> Path:
@@ -172,17 +166,9 @@ def save_overhead(cal: OverheadCalibration, device=None, root: str | Path | None
             raise ValueError(f"calibration of device {cal.device_id} cannot be stored with "
                              f"device {device.device_id}")
         save_device(directory, device)
-    path = directory / OVERHEAD_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".overhead.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(cal.to_json(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    from cdmpp.atomic import write_text_atomic
+
+    return write_text_atomic(directory / OVERHEAD_FILE, json.dumps(cal.to_json(), indent=1) + "\n")
 
 
 def read_overhead(device_id: str, root: str | Path | None = None) -> OverheadCalibration | None:

@@ -52,7 +52,7 @@ def format_table(result, top: int = 10) -> str:
 
 def write_json(result, path) -> Path:
     """`result.to_json()` (keys `JSON_KEYS` and more), written atomically."""
-    from cdmpp.measure.database import write_text_atomic
+    from cdmpp.atomic import write_text_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

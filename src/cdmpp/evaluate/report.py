@@ -167,7 +167,7 @@ def markdown_report(title, split_info: dict, table: str, figures: list[Path], pa
             fig = Path(fig)
             rel = Path(os.path.relpath(fig.resolve(), path.parent.resolve())).as_posix()
             lines += [f"![{fig.stem}]({rel})", ""]
-    from cdmpp.measure.database import write_text_atomic
+    from cdmpp.atomic import write_text_atomic
 
     write_text_atomic(path, "\n".join(lines))
     return path

@@ -77,7 +77,7 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
     from tqdm import tqdm
 
     from cdmpp.features import FEATURE_VERSION
-    from cdmpp.measure.database import write_text_atomic
+    from cdmpp.atomic import write_text_atomic
     from cdmpp.tvm_env import import_tvm
 
     out = Path(out)

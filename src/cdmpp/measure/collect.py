@@ -26,7 +26,7 @@ from pathlib import Path
 from cdmpp.device import claim_directory, local_device
 from cdmpp.measure import tvm_codec
 from cdmpp.measure.build import build_in_child
-from cdmpp.measure.database import write_text_atomic
+from cdmpp.atomic import write_text_atomic
 from cdmpp.measure.noise import NoiseFloor, noise_floor
 from cdmpp.measure.store import RecordStore
 from cdmpp.measure.timing import Protocol, Timer, random_args

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdmpp.atomic import write_text_atomic
 from cdmpp.types import Measurement, ProgramRecord, Workload, check_run_secs
 
 WORKLOAD_FILE = "database_workload.json"
@@ -196,16 +197,6 @@ def find_databases(path: str | Path) -> list[Path]:
     if not found:
         raise DatabaseError(root, None, f"no {RECORD_FILE} found here or below")
     return found
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a whole file so that a crash leaves either the old or the new file, never half."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_database(path: str | Path, workloads: list[list], record_lines: list[str]) -> None:

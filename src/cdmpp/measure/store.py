@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from cdmpp.measure.database import (RECORD_FILE, SIDECAR_FILE, TASKS_FILE, WORKLOAD_FILE,
-                                    write_text_atomic)
+from cdmpp.atomic import write_text_atomic
+from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE, TASKS_FILE, WORKLOAD_FILE
 
 FAILURE_FILE = "failures.jsonl"
 _COMPACT = (",", ":")

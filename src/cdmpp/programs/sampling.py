@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdmpp.measure import tvm_codec
-from cdmpp.measure.database import write_text_atomic
+from cdmpp.atomic import write_text_atomic
 from cdmpp.tvm_env import import_tvm, meta_schedule
 
 EMPTY_TRACE: list = [[], []]  # the default program: the workload as TVM builds it untuned

@@ -1,0 +1,12 @@
+"""Where cdmpp keeps its caches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """`$XDG_CACHE_HOME/cdmpp`, else `~/.cache/cdmpp`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cdmpp"
