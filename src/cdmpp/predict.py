@@ -182,37 +182,11 @@ def _one_line(reason: str) -> str:
 def _extract_missing(store_dir: Path, records: list, workers: int | None) -> dict:
     """Extract the programs of `records` into a new shard of the store. Returns
     {key: error message} for the programs that could not be extracted."""
-    from cdmpp.features import FEATURE_VERSION
-    from cdmpp.features.build import _chunks, _extract_chunk
-    from cdmpp.features.store import program_key, write_shard
-    from cdmpp.tvm_env import import_tvm
+    from cdmpp.features.build import add_shard, extract_programs
 
-    unique = {}
-    for rec in records:
-        unique.setdefault(program_key(rec, FEATURE_VERSION), rec)
-    chunks = list(_chunks(unique.values()))
-    import_tvm()  # before forking: the workers inherit it
-    n_workers = min(workers or len(os.sched_getaffinity(0)), len(chunks))
-    results = []
-    if n_workers <= 1:
-        for chunk in chunks:
-            results += _extract_chunk(chunk)
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
-            for part in pool.map(_extract_chunk, chunks):
-                results += part
-    good = {key: ast for key, _, ast, error in results if error is None}
-    if good:
-        shard_dir = store_dir / "shards"
-        shard_dir.mkdir(parents=True, exist_ok=True)
-        n = len([p for p in shard_dir.iterdir() if not p.name.endswith(".tmp")])
-        keys = sorted(good)
-        write_shard(shard_dir / f"{n:05d}", keys, [good[k] for k in keys])
-    return {key: error for key, _, _, error in results if error is not None}
+    good, errors = extract_programs(records, workers=workers)
+    add_shard(store_dir, good)
+    return errors
 
 
 def _sample_rows(records, keys) -> list[dict]:

@@ -69,16 +69,63 @@ def _chunks(records):
             yield recs[i:i + _CHUNK]
 
 
+def extract_programs(records, *, workers: int | None = None,
+                     progress: bool = False) -> tuple[dict, dict]:
+    """Compact ASTs of the records' programs, extracted in parallel (forked workers that
+    inherit the imported TVM). Returns ({key: CompactAST}, {key: error message})."""
+    from tqdm import tqdm
+
+    from cdmpp.features import FEATURE_VERSION
+    from cdmpp.tvm_env import import_tvm
+
+    unique: dict = {}
+    for rec in records:  # one extraction per program, however many records time it
+        unique.setdefault(program_key(rec, FEATURE_VERSION), rec)
+    records = list(unique.values())
+    results = []
+    if records:
+        import_tvm()  # before forking: the workers inherit it
+        chunks = list(_chunks(records))
+        bar = tqdm(total=len(records), unit="prog", disable=not progress, file=sys.stderr,
+                   desc="extracting")
+        n_workers = min(workers or len(os.sched_getaffinity(0)), len(chunks))
+        if n_workers <= 1:
+            for chunk in chunks:
+                results += _extract_chunk(chunk)
+                bar.update(len(chunk))
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
+                for fut in as_completed([pool.submit(_extract_chunk, c) for c in chunks]):
+                    part = fut.result()
+                    results += part
+                    bar.update(len(part))
+        bar.close()
+    good = {key: ast for key, _, ast, error in results if error is None}
+    errors = {key: error for key, _, _, error in results if error is not None}
+    return good, errors
+
+
+def add_shard(out: Path, asts: dict) -> int:
+    """Write {key: CompactAST} as the store's next shard; return how many programs it holds."""
+    if not asts:
+        return 0
+    shard_dir = Path(out) / "shards"
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    n = len([p for p in shard_dir.iterdir() if not p.name.endswith(".tmp")])
+    keys = sorted(asts)
+    write_shard(shard_dir / f"{n:05d}", keys, [asts[k] for k in keys])
+    return len(keys)
+
+
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 progress: bool = True) -> BuildReport:
     """Add every record of the databases under `db_paths` to the store at `out`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from tqdm import tqdm
 
-    from cdmpp.features import FEATURE_VERSION
     from cdmpp.atomic import write_text_atomic
-    from cdmpp.tvm_env import import_tvm
+    from cdmpp.features import FEATURE_VERSION
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,42 +151,14 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 pending.add(key)
                 todo.append(rec)
 
-    results = []
-    if todo:
-        import_tvm()  # before forking: the workers inherit it
-        chunks = list(_chunks(todo))
-        bar = tqdm(total=len(todo), unit="prog", disable=not progress, file=sys.stderr,
-                   desc="extracting")
-        n_workers = workers or len(os.sched_getaffinity(0))
-        if n_workers <= 1:
-            for chunk in chunks:
-                results += _extract_chunk(chunk)
-                bar.update(len(chunk))
-        else:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
-                futures = [pool.submit(_extract_chunk, chunk) for chunk in chunks]
-                for fut in as_completed(futures):
-                    part = fut.result()
-                    results += part
-                    bar.update(len(part))
-        bar.close()
-
-    good = {key: ast for key, _, ast, error in results if error is None}
-    errors = {key: error for key, _, _, error in results if error is not None}
-    failed_keys = set(errors)
+    good, errors = extract_programs(todo, workers=workers, progress=progress)
     for rec in todo:
         key = program_key(rec, FEATURE_VERSION)
         if key in errors:
             report.failures.append({"db": rec.db, "record_index": rec.record_index,
                                     "line": rec.record_index + 1, "reason": errors[key]})
-    if good:
-        shard_dir = out / "shards"
-        shard_dir.mkdir(exist_ok=True)
-        n = len([p for p in shard_dir.iterdir() if not p.name.endswith(".tmp")])
-        keys = sorted(good)
-        write_shard(shard_dir / f"{n:05d}", keys, [good[k] for k in keys])
-        report.extracted = len(keys)
+    report.extracted = add_shard(out, good)
+    failed_keys = set(errors)
 
     # samples: replace rows of the same (db, record_index), keep the others
     new = [r for r in rows if r["key"] not in failed_keys]
