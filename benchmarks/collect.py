@@ -73,7 +73,7 @@ def throughput(programs_per_task: int, tasks) -> dict:
 def build_sample(tasks, programs_per_task: int, work: Path):
     """Sample and build the study programs once; return (key, module, args_info) triples."""
     from cdmpp.device import local_device
-    from cdmpp.measure.build import build_in_child
+    from cdmpp.measure.build import build_guarded
     from cdmpp.programs.sampling import sample_programs
     from cdmpp.tvm_env import import_tvm
 
@@ -83,10 +83,9 @@ def build_sample(tasks, programs_per_task: int, work: Path):
     for task in tasks:
         mod = tvm.IRModule({"main": task.prim_func().with_attr("global_symbol", "main")})
         for cand in sample_programs(mod, target, programs_per_task, task=task.name):
-            path = work / f"{cand.key.replace('/', '__')}.so"
-            result = build_in_child(cand.module(mod), target, path, timeout_s=30)
+            result = build_guarded(cand.module(mod), target, timeout_s=30)
             if result.ok:
-                built.append((cand.key, tvm.runtime.load_module(result.path), cand.args_info_json))
+                built.append((cand.key, result.module, cand.args_info_json))
     return target, built
 
 

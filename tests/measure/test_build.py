@@ -1,9 +1,12 @@
-"""Builds in a killable child: success, compiler errors, and the hard time limit."""
+"""Builds guarded by a killable child: success, compiler errors, and the hard time limit."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from cdmpp.device import local_device
-from cdmpp.measure.build import build_in_child
+from cdmpp.measure.build import build_guarded, compiles_in_time
+from cdmpp.measure.timing import random_args
 from cdmpp.tvm_env import import_tvm
 from conftest import MATMUL_64
 
@@ -13,21 +16,22 @@ def _workload():
     return tvm.IRModule({"main": MATMUL_64.prim_func().with_attr("global_symbol", "main")})
 
 
-def test_build_exports_a_loadable_library(tmp_path):
+def test_build_gives_a_runnable_module():
     tvm = import_tvm()
-    result = build_in_child(_workload(), local_device().target, tmp_path / "a.so", timeout_s=60)
+    result = build_guarded(_workload(), local_device().target, timeout_s=60)
     assert result.ok and result.error is None and result.build_secs > 0
-    assert tvm.runtime.load_module(result.path) is not None
+    args = random_args([["TENSOR", "float32", [64, 64]]] * 3, tvm.cpu())
+    result.module["main"](*args)
+    a, b, c = (x.numpy() for x in args)
+    np.testing.assert_allclose(c, a @ b.T, rtol=1e-4, atol=1e-4)  # dense: B is [N, K]
 
 
-def test_timeout_kills_the_build(tmp_path):
-    result = build_in_child(_workload(), local_device().target, tmp_path / "a.so",
-                            timeout_s=0.001)
-    assert not result.ok and result.error.startswith("timeout")
-    assert not (tmp_path / "a.so").exists()
+def test_timeout_kills_the_guard_and_builds_nothing():
+    result = build_guarded(_workload(), local_device().target, timeout_s=0.001)
+    assert not result.ok and result.error.startswith("timeout") and result.module is None
 
 
-def test_compiler_error_is_reported(tmp_path):
+def test_compiler_error_is_reported():
     bad_target = {"kind": "llvm", "mcpu": "not-a-cpu-at-all", "num-cores": 1}
-    result = build_in_child("not a module", bad_target, tmp_path / "a.so", timeout_s=60)
+    result = compiles_in_time("not a module", bad_target, timeout_s=60)
     assert not result.ok and result.error and not result.error.startswith("timeout")

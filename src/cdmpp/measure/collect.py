@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cdmpp.device import claim_directory, local_device
 from cdmpp.measure import tvm_codec
-from cdmpp.measure.build import build_in_child
+from cdmpp.measure.build import build_guarded
 from cdmpp.atomic import write_text_atomic
 from cdmpp.measure.noise import NoiseFloor, noise_floor
 from cdmpp.measure.store import RecordStore
@@ -97,9 +97,7 @@ class _Run:
         self._workload_index: dict[str, int] = {}
         self._workloads: dict[str, object] = {}
         self.store = RecordStore(self.out, rebuild_record=self._rebuild_record)
-        self.build_dir = self.out / ".build"
-        shutil.rmtree(self.build_dir, ignore_errors=True)  # torn libraries of a killed run
-        self.build_dir.mkdir(parents=True)
+        shutil.rmtree(self.out / ".build", ignore_errors=True)  # scratch of older versions
         self.timer: Timer | None = None
         self.summary = CollectSummary()
         self.start = time.monotonic()
@@ -141,18 +139,18 @@ class _Run:
         return self.record_line(task, cand, entry["run_secs"])
 
     # -- one batch ---------------------------------------------------------------------------
-    def build(self, task: Task, batch: list[Candidate]) -> list[tuple[Candidate, str, float]]:
+    def build(self, task: Task, batch: list[Candidate]) -> list[tuple[Candidate, object, float]]:
+        """(candidate, runtime module, build seconds) of the batch's programs that built."""
         built = []
         for cand in batch:
-            path = self.build_dir / f"{cand.key.replace('/', '__')}.so"
             try:
                 mod = cand.module(self.workload(task))
             except Exception as e:  # noqa: BLE001
                 self.fail(task, cand, "replay", f"{type(e).__name__}: {e}", 0.0)
                 continue
-            result = build_in_child(mod, self.target, path, self.config.build_timeout_s)
+            result = build_guarded(mod, self.target, self.config.build_timeout_s)
             if result.ok:
-                built.append((cand, result.path, result.build_secs))
+                built.append((cand, result.module, result.build_secs))
             else:
                 stage = "timeout" if result.error.startswith("timeout") else "build"
                 self.fail(task, cand, stage, result.error, result.build_secs)
@@ -164,13 +162,10 @@ class _Run:
         self.summary.failed += 1
 
     def measure(self, task: Task, built, progress) -> None:
-        tvm = import_tvm()
         if self.timer is None:
             self.timer = Timer(self.config.protocol, self.target)
-        programs = []
-        for cand, path, _ in built:
-            rt_mod = tvm.runtime.load_module(path)
-            programs.append((cand.key, rt_mod, random_args(cand.args_info_json, self.timer.device)))
+        programs = [(cand.key, rt_mod, random_args(cand.args_info_json, self.timer.device))
+                    for cand, rt_mod, _ in built]
         results = self.timer.measure_batch(programs)
         for cand, _, build_secs in built:
             result = results[cand.key]
@@ -234,12 +229,9 @@ class _Run:
                 self.show_counts(progress)
                 if built:
                     self.measure(task, built, progress)
-                for _, path, _ in built:
-                    Path(path).unlink(missing_ok=True)
             if self.summary.stopped_by_budget:
                 break
         progress.close()
-        shutil.rmtree(self.build_dir, ignore_errors=True)
         self.summary.seconds = time.monotonic() - start
         self.summary.noise = noise_floor(self.summary.measurements)
         return self.summary
