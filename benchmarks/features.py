@@ -50,9 +50,11 @@ def extraction(data: Path) -> dict:
         n = len(db.records)
         rows[name] = {"extract_only": round(n / extract_s, 1),
                       "replay_and_extract": round(n / (replay_s + extract_s), 1)}
+    mean = {}
     for column in ("extract_only", "replay_and_extract"):  # per-program time averaged over ops
         rates = [r[column] for r in rows.values()]
-        rows.setdefault("all (harmonic mean)", {})[column] = round(len(rates) / sum(1 / v for v in rates), 1)
+        mean[column] = round(len(rates) / sum(1 / v for v in rates), 1)
+    rows["all (harmonic mean)"] = mean
     return rows
 
 
