@@ -7,6 +7,7 @@ import platform
 
 PACKAGES = ("cdmpp", "apache-tvm", "apache-tvm-ffi", "torch", "xgboost", "numpy",
             "scikit-learn", "pyarrow", "tqdm", "psutil", "cloudpickle")
+DISTRIBUTIONS = {"xgboost": ("xgboost-cpu", "xgboost")}  # the same module, either wheel
 
 
 def add_parser(subparsers) -> None:
@@ -19,10 +20,13 @@ def add_parser(subparsers) -> None:
 def package_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
-            versions[name] = md.version(name)
-        except md.PackageNotFoundError:
-            versions[name] = "not installed"
+        versions[name] = "not installed"
+        for dist in DISTRIBUTIONS.get(name, (name,)):
+            try:
+                versions[name] = f"{md.version(dist)} ({dist})" if dist != name else md.version(dist)
+                break
+            except md.PackageNotFoundError:
+                continue
     return versions
 
 
