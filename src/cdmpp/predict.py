@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.measure.database import (RECORD_FILE, DatabaseError, _lines_with_tail, _load_sidecars,
-                                    _parse_record, find_databases, load_database,
-                                    write_text_atomic)
+from cdmpp.atomic import write_text_atomic
 from cdmpp.dataset.loader import programs_for_rows
+from cdmpp.measure.database import (RECORD_FILE, DatabaseError, SkippedLine, _lines_with_tail,
+                                    _load_sidecars, _parse_record, find_databases,
+                                    load_database)
 from cdmpp.types import ProgramRecord, check_run_secs
 
 CSV_COLUMNS = ("db", "record_index", "workload_hash", "predicted_latency_s", "measured_latency_s")
@@ -51,16 +52,10 @@ def default_store_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class SkippedRecord:
-    """A record line that was not predicted."""
+class SkippedRecord(SkippedLine):
+    """A record line that was not predicted (file, 1-based line, reason) and its database."""
 
-    db: str  # the database, as named in the output
-    file: str  # the record file
-    line: int  # 1-based, as editors show it
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.reason}"
+    db: str = ""  # the database, as named in the output
 
 
 @dataclass(frozen=True)
@@ -256,7 +251,7 @@ def predict_databases(estimator, dbs, *, store: str | Path | None = None,
         records, bad = predictable_records(path)
         # bad workload lines first, then record lines in file order
         items = [((Path(s.file).name == RECORD_FILE, s.line - 1),
-                  SkippedRecord(label, s.file, s.line, s.reason)) for s in bad]
+                  SkippedRecord(s.file, s.line, s.reason, db=label)) for s in bad]
         items += [((True, r.record_index), (label, r)) for r in records]
         entries += [item for _, item in sorted(items, key=lambda kv: kv[0])]
 
@@ -279,8 +274,8 @@ def predict_databases(estimator, dbs, *, store: str | Path | None = None,
         reason = build_errors.get((rec.db, rec.record_index)) or errors.get(key) \
             or "features missing from the store"
         skipped_at[(label, rec.record_index)] = SkippedRecord(
-            label, str(Path(rec.db) / RECORD_FILE), rec.record_index + 1,
-            f"feature extraction failed: {_one_line(reason)}")
+            str(Path(rec.db) / RECORD_FILE), rec.record_index + 1,
+            f"feature extraction failed: {_one_line(reason)}", db=label)
 
     predicted = {}
     if todo:
