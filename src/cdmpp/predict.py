@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,25 +185,11 @@ def _extract_missing(store_dir: Path, records: list, workers: int | None) -> dic
 
 def _sample_rows(records, keys) -> list[dict]:
     """Rows of the samples schema for records (NaN latency where there is no timing)."""
-    from cdmpp.features.samples import device_id_of, sample_row, task_info
+    from cdmpp.features.samples import device_id_of, sample_row, tasks_json_of
 
-    rows, contexts = [], {}
-    nan = float("nan")
-    for rec, key in zip(records, keys):
-        if rec.db not in contexts:
-            tasks = Path(rec.db) / "tasks.json"
-            contexts[rec.db] = json.loads(tasks.read_text()) if tasks.exists() else {}
-        tasks_json = contexts[rec.db]
-        device_id = device_id_of(rec.db, rec.target)
-        if rec.measurement is not None:
-            rows.append(sample_row(rec, key, device_id, tasks_json))
-            continue
-        task, op, networks = task_info(rec, tasks_json)
-        rows.append({"key": key, "db": rec.db, "record_index": rec.record_index,
-                     "device_id": device_id, "task": task, "op": op, "networks": networks,
-                     "workload_shash": rec.workload.shash, "latency_s": nan, "noise_rel": nan,
-                     "pass_to_pass_rel": nan})
-    return rows
+    tasks = {db: tasks_json_of(db) for db in {rec.db for rec in records}}
+    return [sample_row(rec, key, device_id_of(rec.db, rec.target), tasks[rec.db])
+            for rec, key in zip(records, keys)]
 
 
 def resolve_databases(dbs) -> list[tuple[str, Path]]:

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdmpp.features.samples import device_id_of, sample_row, schema
+from cdmpp.features.samples import device_id_of, sample_row, schema, tasks_json_of
 from cdmpp.features.store import FAILURES_FILE, SAMPLES_FILE, FeatureStore, program_key, write_shard
 from cdmpp.measure.database import find_databases, load_database
 
@@ -53,11 +53,6 @@ def _extract_chunk(records) -> list:
         except Exception as e:  # noqa: BLE001 - reported per record, never stops the rest
             out.append((key, rec.record_index, None, f"{type(e).__name__}: {e}"))
     return out
-
-
-def _db_context(path: Path) -> dict:
-    tasks = path / "tasks.json"
-    return json.loads(tasks.read_text()) if tasks.exists() else {}
 
 
 def _chunks(records):
@@ -139,7 +134,7 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
             for s in db.skipped:
                 report.failures.append({"db": str(path), "record_index": None, "line": s.line,
                                         "reason": f"bad line: {s.reason}"})
-            tasks_json, device_id = _db_context(path), None
+            tasks_json, device_id = tasks_json_of(path), None
             for rec in db.records:
                 report.records += 1
                 device_id = device_id or device_id_of(path, rec.target)

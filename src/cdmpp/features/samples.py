@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -39,12 +40,23 @@ def device_id_of(db_path: str | Path, target: dict) -> str:
     return f"{target.get('mcpu', '?')}/{target.get('num-cores', '?')}"
 
 
-def task_info(record, tasks_json: dict) -> tuple[str, str, str]:
-    """(task name, op family, networks) of a record, the catalog being the authority."""
+def tasks_json_of(db_path: str | Path) -> dict:
+    """The database's `tasks.json` (workload shash -> name, op, networks), {} when absent."""
+    path = Path(db_path) / "tasks.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@functools.cache
+def _catalog_by_name() -> dict:
     from cdmpp.programs.catalog import catalog
 
+    return {t.name: t for t in catalog()}
+
+
+def task_info(record, tasks_json: dict) -> tuple[str, str, str]:
+    """(task name, op family, networks) of a record, the catalog being the authority."""
     name = record.workload.name or record.workload.shash
-    known = {t.name: t for t in catalog()}
+    known = _catalog_by_name()
     if name in known:
         return name, known[name].op, ",".join(known[name].networks)
     info = tasks_json.get(record.workload.shash, {})
@@ -52,11 +64,15 @@ def task_info(record, tasks_json: dict) -> tuple[str, str, str]:
 
 
 def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
+    """The record's row; label and noise are NaN when it has no valid timing."""
     task, op, networks = task_info(record, tasks_json)
     m = record.measurement
-    nan = float("nan")
+
+    def number(name: str) -> float:
+        value = None if m is None else getattr(m, name)
+        return float("nan") if value is None else value
+
     return {"key": key, "db": record.db, "record_index": record.record_index,
             "device_id": device_id, "task": task, "op": op, "networks": networks,
-            "workload_shash": record.workload.shash, "latency_s": m.latency_s,
-            "noise_rel": m.noise_rel if m.noise_rel is not None else nan,
-            "pass_to_pass_rel": m.pass_to_pass_rel if m.pass_to_pass_rel is not None else nan}
+            "workload_shash": record.workload.shash, "latency_s": number("latency_s"),
+            "noise_rel": number("noise_rel"), "pass_to_pass_rel": number("pass_to_pass_rel")}

@@ -131,11 +131,3 @@ class FeatureStore:
 
     def programs(self, keys) -> list[tuple[np.ndarray, np.ndarray]]:
         return [self.program(k) for k in keys]
-
-    def n_leaves(self, keys) -> np.ndarray:
-        counts = {}
-        for s, shard in enumerate(self.shards):
-            n = shard.n_leaves()
-            for r, key in enumerate(shard.keys):
-                counts[key] = n[r]
-        return np.array([counts[k] for k in keys], dtype=np.int64)

@@ -14,7 +14,6 @@ cdmpp adds optional files beside them, which TVM ignores:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
