@@ -18,6 +18,7 @@ program measured on two devices is one program row with two samples. Reading nev
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ SAMPLES_FILE = "samples.parquet"
 FAILURES_FILE = "failures.jsonl"
 
 
+@functools.cache  # asked once per record: the metadata lookup reads the disk
 def _tvm_version() -> str:
     import importlib.metadata
 
@@ -110,8 +112,9 @@ class FeatureStore:
                 self._row_of[key] = (s, r)
 
     @property
-    def keys(self) -> set[str]:
-        return set(self._row_of)
+    def keys(self):
+        """The program keys in the store (a set-like view: membership is O(1), nothing copied)."""
+        return self._row_of.keys()
 
     def samples(self):
         """The samples table (pyarrow), one row per measured record."""
