@@ -106,3 +106,53 @@ def test_device_vector_from_a_fixture_device_json():
     assert v[0] == device.threads == 2
     assert v[2] == 4.0  # AVX-512: 512 / 128
     assert v[3] == 5.0  # 32 KiB L1d
+
+
+def test_device_json_without_measured_figures_loads_with_defaults():
+    from pathlib import Path
+
+    path = Path(__file__).parent / "fixtures" / "device_epyc_2c.json"
+    data = json.loads(path.read_text())
+    assert "peak_gflops" not in data and "memory_gbps" not in data  # written before they existed
+    device = Device.from_json(data, source=str(path))
+    assert device.peak_gflops == 0.0 and device.memory_gbps == 0.0
+    assert device.device_id == data["device_id"]
+    assert "not yet" in describe(device)
+
+
+def test_measured_figures_round_trip_and_keep_the_id(dev1):
+    measured = dataclasses.replace(dev1, peak_gflops=123.4, memory_gbps=25)
+    assert device_id(measured.to_json()) == dev1.device_id  # not identity fields
+    loaded = Device.from_json(json.loads(json.dumps(measured.to_json())))
+    assert loaded == measured and isinstance(loaded.memory_gbps, float)
+    assert "123.4 GFLOP/s" in describe(measured) and "25.0 GB/s" in describe(measured)
+    with pytest.raises(ValueError, match="peak_gflops"):
+        Device.from_json(dict(measured.to_json(), peak_gflops="fast"))
+
+
+@pytest.mark.parametrize("mcpu, bits", [("x86-64-v2", 128), ("haswell", 256), ("znver4", 512)])
+def test_vector_width_is_the_targets_not_the_hosts(mcpu, bits):
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 CPU names")
+    device = local_device(threads=1, mcpu=mcpu)
+    assert device.target["mcpu"] == mcpu and device.vector_width_bits == bits
+
+
+def test_unknown_mcpu_is_refused():
+    with pytest.raises(ValueError, match="unknown LLVM CPU name 'no-such-cpu'"):
+        local_device(threads=1, mcpu="no-such-cpu")
+
+
+def test_device_vector_length_and_measured_entries(dev1):
+    from cdmpp.device import DEVICE_VECTOR_FIELDS, device_vector
+
+    assert DEVICE_VECTOR_FIELDS[:7] == ("threads", "log2_frequency_mhz", "vector_width_128",
+                                        "log2_l1d_kib", "log2_l2_kib", "log2_l3_kib",
+                                        "log2_memory_gib")
+    v = device_vector(dev1)
+    assert v.shape == (len(DEVICE_VECTOR_FIELDS),)
+    assert v[-2] == v[-1] == 0.0  # not measured
+    v = device_vector(dataclasses.replace(dev1, peak_gflops=128.0, memory_gbps=0.5))
+    assert v[-2] == 7.0 and v[-1] == 0.0  # log2(max(x, 1))

@@ -8,6 +8,9 @@ fluctuates, nor OS/Python/TVM version strings, which change on every upgrade).
 `Device.target` is a plain JSON-friendly dict (the full `Target.export()`). A dict is unhashable,
 so the field is excluded from `hash()` (it still takes part in `==`); it is covered by `device_id`,
 which *is* hashed. Treat it as read-only: pass it to `tvm.target.Target(device.target)`.
+
+`peak_gflops` and `memory_gbps` are measured (`cdmpp.measure.microbench`), not identity: they
+are 0.0 until measured, and files written before they existed load with those defaults.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class Device:
     python: str
     tvm_version: str
     target: dict = field(hash=False)
+    peak_gflops: float = 0.0  # measured float32 FLOP/s of the target's code, 0.0: not measured
+    memory_gbps: float = 0.0  # measured streaming (triad) bandwidth, 0.0: not measured
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -65,11 +70,13 @@ class Device:
     def from_json(cls, d: dict, source: str = "<dict>") -> "Device":
         if not isinstance(d, dict):
             raise ValueError(f"{source}: device must be a JSON object, got {type(d).__name__}")
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in d]
+        required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        missing = [f.name for f in required if f.name not in d]
         if missing:
             raise ValueError(f"{source}: device is missing field(s): {', '.join(missing)}")
+        # Fields with defaults (the measured figures) may be absent; unknown keys are ignored.
         values = {f.name: _check_type(source, f.name, f.type, d[f.name])
-                  for f in dataclasses.fields(cls)}  # unknown extra keys are ignored
+                  for f in dataclasses.fields(cls) if f.name in d}
         values["isa_features"] = tuple(values["isa_features"])
         dev = cls(**values)
         if dev.device_id != device_id(dev.to_json()):
@@ -126,11 +133,45 @@ def _isa_features(info: dict[str, str], tvm) -> tuple[str, ...]:
 
 
 def _vector_width(isa: tuple[str, ...]) -> int:
+    """Widest SIMD register the host ISA flags allow (the fallback of `_target_vector_width`)."""
     if "avx512f" in isa:
         return 512
     if "avx2" in isa or "avx" in isa:
         return 256
     return 128 if any(f.startswith(("sse", "asimd", "neon")) for f in isa) else 0
+
+
+def _target_vector_width(tvm, target, host_isa: tuple[str, ...]) -> int:
+    """Widest SIMD register of the code generated for `target` (its mcpu, not the host's: an
+    x86-64-v2 target gets SSE code even on an AVX-512 host). Host ISA if LLVM cannot tell."""
+    from tvm.target.codegen import target_has_features
+
+    try:
+        for feature, bits in (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128),
+                              ("sse", 128), ("neon", 128), ("asimd", 128)):
+            if target_has_features(feature, target):
+                return bits
+    except Exception:  # noqa: BLE001 - e.g. TVM built without LLVM
+        return _vector_width(host_isa)
+    return 0  # a target without SIMD
+
+
+def check_mcpu(mcpu: str) -> None:
+    """Raise ValueError for a CPU name LLVM does not know (TVM would silently accept it and
+    generate baseline code, mislabelling every measurement)."""
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    is_valid = getattr(tvm.target.codegen, "llvm_is_valid_cpu", None)
+    default_triple = tvm.get_global_func("tvm.codegen.llvm.GetDefaultTargetTriple",
+                                         allow_missing=True)
+    if is_valid is None or default_triple is None:
+        return  # this TVM cannot tell: trust the name
+    triple = str(default_triple())
+    if not is_valid(mcpu, triple):
+        raise ValueError(f"unknown LLVM CPU name {mcpu!r} for {triple} (examples: "
+                         "x86-64-v2, haswell, skylake-avx512, znver4; `llc -mcpu=help` lists "
+                         "them all)")
 
 
 def _caches() -> dict[int, int]:
@@ -186,15 +227,17 @@ def local_device(threads: int | None = None, mcpu: str | None = None) -> Device:
     threads = len(os.sched_getaffinity(0)) if threads is None else threads
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
+    if mcpu:
+        check_mcpu(mcpu)
     mcpu = mcpu or str(tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
-    target = _jsonable(tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": threads})
-                       .export())
+    tvm_target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": threads})
+    target = _jsonable(tvm_target.export())
     info, caches = _cpuinfo(), _caches()
     isa = _isa_features(info, tvm)
     fields = dict(
         cpu_model=info.get("model name") or platform.processor() or platform.machine(),
         cpu_vendor=info.get("vendor_id") or info.get("CPU implementer") or "unknown",
-        isa_features=isa, vector_width_bits=_vector_width(isa),
+        isa_features=isa, vector_width_bits=_target_vector_width(tvm, tvm_target, isa),
         physical_cores=psutil.cpu_count(logical=False) or os.cpu_count() or 1,
         logical_cores=os.cpu_count() or 1, threads=threads,
         frequency_mhz=_frequency_mhz(info),
@@ -259,19 +302,31 @@ def describe(device: Device) -> str:
         f"caches     L1d {mib(device.l1d_bytes)}, L2 {mib(device.l2_bytes)}, "
         f"L3 {mib(device.l3_bytes)}",
         f"memory     {device.memory_bytes / 2**30:.1f} GiB",
+        f"measured   {_measured(device)}",
         f"target     {json.dumps(device.target, sort_keys=True)}",
         f"software   {device.os}; python {device.python}; tvm {device.tvm_version}",
     ])
 
 
+def _measured(device: Device) -> str:
+    figures = []
+    if device.peak_gflops:
+        figures.append(f"peak {device.peak_gflops:.1f} GFLOP/s (float32)")
+    if device.memory_gbps:
+        figures.append(f"memory {device.memory_gbps:.1f} GB/s (triad)")
+    return ", ".join(figures) or "not yet (cdmpp collect measures it)"
+
+
 DEVICE_VECTOR_FIELDS = ("threads", "log2_frequency_mhz", "vector_width_128", "log2_l1d_kib",
-                        "log2_l2_kib", "log2_l3_kib", "log2_memory_gib")
+                        "log2_l2_kib", "log2_l3_kib", "log2_memory_gib",
+                        "log2_peak_gflops", "log2_memory_gbps")
 
 
 def device_vector(device: Device) -> np.ndarray:
     """The numeric description of a device the model's device encoder takes (CDMPP's device
     vector, for CPUs): threads, frequency, SIMD width and cache/memory sizes, on log scales
-    where sizes span orders of magnitude. Normalized later, on the training devices."""
+    where sizes span orders of magnitude, then the measured compute and memory throughput
+    (0 when not measured). Normalized later, on the training devices."""
     return np.array([
         device.threads,
         np.log2(max(device.frequency_mhz, 1.0)),
@@ -280,4 +335,6 @@ def device_vector(device: Device) -> np.ndarray:
         np.log2(max(device.l2_bytes, 1) / 1024),
         np.log2(max(device.l3_bytes, 1) / 1024),
         np.log2(max(device.memory_bytes, 1) / 2**30),
+        np.log2(max(device.peak_gflops, 1.0)),
+        np.log2(max(device.memory_gbps, 1.0)),
     ], dtype=np.float32)

@@ -115,3 +115,56 @@ def test_time_budget_stops_cleanly(tmp_path):
                       progress=False)
     assert summary.stopped_by_budget and summary.ok == 0
     assert load_database(tmp_path).records == ()
+
+
+def test_device_is_measured_once_and_saved(tmp_path):
+    from cdmpp.device import load_device
+
+    tiny = replace(_config(tmp_path), programs_per_task=0)
+    first = collect(tiny, [SOFTMAX_SMALL], progress=False)
+    device = load_device(tmp_path)
+    assert device.peak_gflops > 0 and device.memory_gbps > 0
+    assert first.device_measured == {"peak_gflops": device.peak_gflops,
+                                     "memory_gbps": device.memory_gbps}
+    again = collect(tiny, [SOFTMAX_SMALL], progress=False)
+    assert again.device_measured is None and load_device(tmp_path) == device
+    runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert [r["device_measured"] for r in runs] == [first.device_measured, None]
+
+
+@pytest.fixture
+def no_microbench(monkeypatch):
+    """Skip the device microbenchmarks (tested above) to keep collect tests fast."""
+    import cdmpp.measure.collect as collect_module
+
+    monkeypatch.setattr(collect_module, "measure_device",
+                        lambda d: replace(d, peak_gflops=1.0, memory_gbps=1.0))
+
+
+def test_programs_from_copies_candidates(tmp_path, no_microbench):
+    first, second = tmp_path / "first", tmp_path / "second"
+    collect(replace(_config(first), programs_per_task=2), [MATMUL_64], progress=False)
+    # Another target stands in for another device, which must time the same programs.
+    config = replace(_config(second), programs_per_task=2, programs_from=str(first),
+                     mcpu="x86-64-v2")
+    collect(config, [MATMUL_64], progress=False)
+    name = f"{MATMUL_64.name}.json"
+    copied = (second / "candidates" / name).read_text()
+    assert copied == (first / "candidates" / name).read_text()  # copied, not re-sampled
+    shash = {c["key"]: c["mod_shash"] for c in json.loads(copied)["candidates"]}
+    records = load_database(second).records
+    assert records and all(shash[r.meta["key"]] == r.meta["mod_shash"] for r in records)
+    assert {r.target["mcpu"] for r in records} == {"x86-64-v2"}
+
+
+def test_programs_from_needs_a_collect_directory(tmp_path, no_microbench):
+    with pytest.raises(ValueError, match="no candidates/ directory"):
+        collect(replace(_config(tmp_path / "out"), programs_from=str(tmp_path)), [MATMUL_64],
+                progress=False)
+
+
+def test_unknown_mcpu_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="unknown LLVM CPU name"):
+        collect(replace(_config(tmp_path / "out"), mcpu="no-such-cpu"), [MATMUL_64],
+                progress=False)
+    assert not (tmp_path / "out").exists()

@@ -96,3 +96,51 @@ def test_checkpoint_resume_reaches_the_same_model(slice_data, tmp_path):
         train.programs, train.latency_s)
     np.testing.assert_allclose(resumed.predict(test.programs), whole.predict(test.programs),
                                rtol=1e-5)
+
+
+def test_domain_adaptation_trains_with_unlabeled_target_programs(slice_data):
+    train, test = slice_data
+    config = TrainConfig(epochs=3, batch_size=16, threads=1, adapt="cmd", adapt_weight=0.5)
+    model = CDMPPRegressor(TINY, config).fit(train.programs, train.latency_s,
+                                             unlabeled=test.programs)
+    assert np.all(np.isfinite(model.predict(test.programs)))
+    with pytest.raises(ValueError, match="unlabeled"):
+        CDMPPRegressor(TINY, config).fit(train.programs, train.latency_s)
+
+
+def test_fine_tune_starts_from_the_fitted_model_and_never_gets_worse_on_validation(
+        fitted, slice_data):
+    import copy
+
+    train, test = slice_data
+    model = copy.deepcopy(fitted)
+    val = (test.programs, test.latency_s)
+    before = rmse_log(test.latency_s, model.predict(test.programs))
+    model.fine_tune(train.programs, train.latency_s, eval_set=val,
+                    train_config=TrainConfig(epochs=3, batch_size=16, lr=1e-1, threads=1))
+    # a far too high learning rate: selection must fall back to the starting weights
+    assert rmse_log(test.latency_s, model.predict(test.programs)) <= before + 1e-9
+    assert model.normalizer_.boxcox_lambda_ == fitted.normalizer_.boxcox_lambda_  # kept
+
+
+def test_calibrated_device_vector_is_the_default_and_persists(slice_data, tmp_path):
+    from cdmpp.dataset.programs import ProgramSet
+
+    train, test = slice_data
+    rng = np.random.default_rng(0)
+    with_device = lambda p, v: ProgramSet(p.leaf_features, p.leaf_pos,  # noqa: E731
+                                          np.tile(v, (len(p), 1)), p.task)
+    dev = rng.random((2, 3)).astype(np.float32)
+    halves = np.arange(len(train.latency_s)) % 2
+    programs = ProgramSet(train.programs.leaf_features, train.programs.leaf_pos,
+                          dev[halves], train.programs.task)
+    model = CDMPPRegressor(TINY, TrainConfig(epochs=2, batch_size=16, threads=1))
+    model.fit(programs, train.latency_s)
+    with pytest.raises(ValueError, match="device vectors"):
+        model.predict(test.programs)
+    model.device_vector_ = dev[1].astype(np.float64)
+    expected = model.predict(with_device(test.programs, dev[1]))
+    np.testing.assert_allclose(model.predict(test.programs), expected)
+    model.save(tmp_path / "m")
+    np.testing.assert_allclose(CDMPPRegressor.load(tmp_path / "m").predict(test.programs),
+                               expected)

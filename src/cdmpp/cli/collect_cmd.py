@@ -25,6 +25,15 @@ def add_parser(subparsers) -> None:
                    help="timing passes per program (default: the protocol's)")
     p.add_argument("--threads", type=int, default=None, metavar="T",
                    help="threads used to run programs (default: all cores)")
+    p.add_argument("--mcpu", default=None, metavar="NAME",
+                   help="LLVM CPU to generate code for instead of this host's (e.g. "
+                        "x86-64-v2 for SSE-only code, haswell for AVX2): one machine then "
+                        "stands in for several devices; each gets its own device id")
+    p.add_argument("--programs-from", default=None, metavar="DIR",
+                   help="copy candidates/<task>.json from DIR (another --out) when --out has "
+                        "none yet, so this device times exactly the same sampled programs: "
+                        "cross-device comparisons are then fair (same programs, only the "
+                        "device differs). Missing ones are still sampled here")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop cleanly after this many minutes (resume later)")
     p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
@@ -59,7 +68,8 @@ def run(args) -> int:
     protocol = Protocol() if args.passes is None else replace(Protocol(), passes=args.passes)
     config = CollectConfig(out=args.out, programs_per_task=args.programs_per_task,
                            threads=args.threads, time_budget_min=args.time_budget,
-                           build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol)
+                           build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol,
+                           mcpu=args.mcpu, programs_from=args.programs_from)
     command = shlex.join(["cdmpp"] + sys.argv[1:])
     summary = collect(config, tasks, progress=not args.no_progress, command=command)
     print(summary)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cdmpp.cli import collect_cmd, db_cmd, e2e_cmd, env_cmd, features_cmd, predict_cmd, train_cmd
+from cdmpp.cli import (calibrate_cmd, collect_cmd, db_cmd, e2e_cmd, env_cmd, features_cmd,
+                       predict_cmd, train_cmd)
 
-SUBCOMMANDS = (env_cmd, collect_cmd, db_cmd, features_cmd, train_cmd, predict_cmd, e2e_cmd)
+SUBCOMMANDS = (env_cmd, collect_cmd, db_cmd, features_cmd, train_cmd, predict_cmd, e2e_cmd,
+               calibrate_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,22 +17,42 @@ class LabeledPrograms:
     rows: np.ndarray  # (n,) row numbers in the samples table
 
 
-def programs_for_rows(store, samples, rows) -> ProgramSet:
-    """The programs of samples-table rows, in that order."""
+def device_vectors(store, samples, rows) -> np.ndarray:
+    """(n, D) device vectors of samples-table rows, from the device.json files the store kept;
+    a clear error names a device the store has no description of."""
+    from cdmpp.device import device_vector
+
+    devices = store.devices()
+    ids = samples.column("device_id").to_pylist()
+    vectors = {}
+    for i in rows:
+        if ids[i] not in vectors:
+            if ids[i] not in devices:
+                raise ValueError(f"device {ids[i]!r} (record {i} of the samples table) has no "
+                                 f"device.json in the store {store.path}: rebuild the store "
+                                 "from databases that carry their device.json")
+            vectors[ids[i]] = device_vector(devices[ids[i]])
+    return np.stack([vectors[ids[i]] for i in rows]).astype(np.float32)
+
+
+def programs_for_rows(store, samples, rows, with_device: bool = False) -> ProgramSet:
+    """The programs of samples-table rows, in that order (with their device vectors)."""
     rows = np.asarray(rows, dtype=np.int64)
     keys = samples.column("key").to_pylist()
     tasks = samples.column("task").to_pylist()
     pairs = store.programs([keys[i] for i in rows])
     return ProgramSet(tuple(np.asarray(f) for f, _ in pairs),
                       tuple(np.asarray(p) for _, p in pairs),
-                      None, tuple(tasks[i] for i in rows))
+                      device_vectors(store, samples, rows) if with_device else None,
+                      tuple(tasks[i] for i in rows))
 
 
-def labeled(store, samples, rows) -> LabeledPrograms:
+def labeled(store, samples, rows, with_device: bool = False) -> LabeledPrograms:
     rows = np.asarray(rows, dtype=np.int64)
     latency = np.asarray(samples.column("latency_s").to_numpy())[rows]
     noise = np.asarray(samples.column("noise_rel").to_numpy(zero_copy_only=False))[rows]
-    return LabeledPrograms(programs_for_rows(store, samples, rows), latency, noise, rows)
+    return LabeledPrograms(programs_for_rows(store, samples, rows, with_device), latency, noise,
+                           rows)
 
 
 def split_data(store, split) -> tuple[LabeledPrograms, LabeledPrograms]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.features.samples import device_id_of, sample_row, schema, tasks_json_of
-from cdmpp.features.store import FAILURES_FILE, SAMPLES_FILE, FeatureStore, program_key, write_shard
+from cdmpp.features.store import (DEVICES_FILE, FAILURES_FILE, SAMPLES_FILE, FeatureStore,
+                                  program_key, write_shard)
 from cdmpp.measure.database import find_databases, load_database
 
 _CHUNK = 32  # records per extraction job: one workload decode serves the whole chunk
@@ -113,6 +114,23 @@ def add_shard(out: Path, asts: dict) -> int:
     return len(keys)
 
 
+def _record_devices(out: Path, db_paths) -> None:
+    """Keep each database's device.json in the store (DEVICES_FILE, by device id), so device
+    vectors can be read back without the databases."""
+    from cdmpp.atomic import write_text_atomic
+
+    path = out / DEVICES_FILE
+    devices = json.loads(path.read_text()) if path.exists() else {}
+    for root in db_paths:
+        for db in find_databases(root):
+            device_file = Path(db) / "device.json"
+            if device_file.exists():
+                d = json.loads(device_file.read_text())
+                devices[d["device_id"]] = d
+    if devices:
+        write_text_atomic(path, json.dumps(devices, indent=1, sort_keys=True))
+
+
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 progress: bool = True) -> BuildReport:
     """Add every record of the databases under `db_paths` to the store at `out`."""
@@ -163,6 +181,7 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
     tmp = out / f".{SAMPLES_FILE}.tmp"
     pq.write_table(table, tmp)
     os.replace(tmp, out / SAMPLES_FILE)
+    _record_devices(out, db_paths)
     if report.failures:
         write_text_atomic(out / FAILURES_FILE,
                           "".join(json.dumps(f) + "\n" for f in report.failures))

@@ -32,6 +32,7 @@ LEAF_ARRAYS = ("leaf_features", "leaf_pos", "leaf_node")
 NODE_ARRAYS = ("node_kind", "node_parent", "node_extent")
 SAMPLES_FILE = "samples.parquet"
 FAILURES_FILE = "failures.jsonl"
+DEVICES_FILE = "devices.json"  # {device_id: device.json contents} of the stored databases
 
 
 @functools.cache  # asked once per record: the metadata lookup reads the disk
@@ -126,6 +127,18 @@ class FeatureStore:
 
             return empty_samples()
         return pq.read_table(path)
+
+    def devices(self) -> dict:
+        """{device_id: Device} of the databases whose device.json the store has seen."""
+        import json
+
+        from cdmpp.device import Device
+
+        path = self.path / DEVICES_FILE
+        if not path.exists():
+            return {}
+        return {k: Device.from_json(v, source=f"{path}[{k}]")
+                for k, v in json.loads(path.read_text()).items()}
 
     def program(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(leaf_features (n, 164), leaf_pos (n,)) of one program."""

@@ -8,6 +8,9 @@ The output directory holds:
   measured_modules/          modules whose stored trace does not replay to what was measured
   tasks.json, device.json, manifest.json
 
+device.json gets the device's measured peak GFLOP/s and memory GB/s (`measure.microbench`) on
+the first run that finds them missing.
+
 Resumable: every finished program is a fsynced line; a rerun skips what is done (measured or
 failed) and re-times only the batch that was interrupted.
 """
@@ -23,9 +26,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cdmpp.device import claim_directory, local_device
+from cdmpp.device import claim_directory, local_device, save_device
 from cdmpp.measure import tvm_codec
 from cdmpp.measure.build import build_guarded
+from cdmpp.measure.microbench import measure_device
 from cdmpp.atomic import write_text_atomic
 from cdmpp.measure.noise import NoiseFloor, noise_floor
 from cdmpp.measure.store import RecordStore
@@ -47,6 +51,10 @@ class CollectConfig:
     batch_size: int = 16  # programs timed together in interleaved passes
     seed: int = 0
     protocol: Protocol = field(default_factory=Protocol)
+    mcpu: str | None = None  # LLVM CPU to generate code for; None: the host's
+    # Another output directory whose candidates/<task>.json are copied before sampling, so
+    # several devices time exactly the same programs (fair cross-device comparisons).
+    programs_from: str | None = None
 
 
 @dataclass
@@ -57,6 +65,7 @@ class CollectSummary:
     seconds: float = 0.0
     stopped_by_budget: bool = False
     noise: NoiseFloor | None = None
+    device_measured: dict | None = None  # {"peak_gflops", "memory_gbps"} if measured this run
     measurements: list = field(default_factory=list, repr=False)
 
     @property
@@ -70,6 +79,10 @@ class CollectSummary:
             lines.append("stopped at the time budget: run the same command again to resume")
         if self.noise is not None:
             lines.append(str(self.noise))
+        if self.device_measured is not None:
+            m = self.device_measured
+            lines.append(f"device measured: peak {m['peak_gflops']:.1f} GFLOP/s, "
+                         f"memory {m['memory_gbps']:.1f} GB/s (saved in device.json)")
         return "\n".join(lines)
 
 
@@ -89,8 +102,14 @@ class _Run:
         self.config = config
         self.tasks = tasks
         self.out = Path(config.out)
-        self.device = local_device(threads=config.threads)
-        claim_directory(self.out, self.device)
+        self.programs_from = _programs_dir(config.programs_from)
+        self.summary = CollectSummary()
+        self.device = claim_directory(self.out, local_device(config.threads, config.mcpu))
+        if not self.device.peak_gflops:  # first run here, or a device.json from before
+            self.device = measure_device(self.device)
+            save_device(self.out, self.device)  # same device_id: only the figures are added
+            self.summary.device_measured = {"peak_gflops": self.device.peak_gflops,
+                                            "memory_gbps": self.device.memory_gbps}
         set_threads(self.device.threads)
         self.target = self.device.target  # the exact TVM target dict, stored in every record
         self._candidates: dict[str, list[Candidate]] = {}
@@ -99,7 +118,6 @@ class _Run:
         self.store = RecordStore(self.out, rebuild_record=self._rebuild_record)
         shutil.rmtree(self.out / ".build", ignore_errors=True)  # scratch of older versions
         self.timer: Timer | None = None
-        self.summary = CollectSummary()
         self.start = time.monotonic()
 
     # -- workloads and candidates ------------------------------------------------------------
@@ -120,6 +138,9 @@ class _Run:
     def candidates(self, task: Task) -> list[Candidate]:
         if task.name not in self._candidates:
             path = self.out / "candidates" / f"{task.name}.json"
+            source = self.programs_from and self.programs_from / "candidates" / path.name
+            if not path.exists() and source and source.exists():
+                write_text_atomic(path, source.read_text())
             self._candidates[task.name] = load_or_sample(
                 path, self.workload(task), self.target, self.config.programs_per_task,
                 task=task.name, seed=self.config.seed)
@@ -241,6 +262,16 @@ class _Run:
         return key.rsplit("/", 1)[0]
 
 
+def _programs_dir(programs_from: str | None) -> Path | None:
+    if programs_from is None:
+        return None
+    path = Path(programs_from)
+    if not (path / "candidates").is_dir():
+        raise ValueError(f"--programs-from {path}: no candidates/ directory there; give the "
+                         "--out directory of an earlier collect run")
+    return path
+
+
 def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
                      started: str, tasks: list[Task], command: str | None) -> None:
     path = out / MANIFEST_FILE
@@ -253,6 +284,7 @@ def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
         "measured": summary.ok, "failed": summary.failed, "seconds": round(summary.seconds, 1),
         "stopped_by_budget": summary.stopped_by_budget,
         "noise_floor": summary.noise.to_json() if summary.noise else None,
+        "device_measured": summary.device_measured,
     })
     write_text_atomic(path, json.dumps(manifest, indent=1))
 

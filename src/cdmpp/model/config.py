@@ -45,6 +45,8 @@ class TrainConfig:
     mape_weight: float = 0.0  # extra weight of MAPE on latency (differentiable inverse Box-Cox)
     val_fraction: float = 0.1  # validation carved from the training side, by record
     patience: int = 30  # epochs without validation improvement before stopping
+    adapt: str | None = None  # domain adaptation distance: "cmd" or "mmd" (needs unlabeled data)
+    adapt_weight: float = 0.1  # loss = task loss + adapt_weight * distance(source, target)
     seed: int = 0
     threads: int | None = None  # torch threads (None: all cores)
 

@@ -49,12 +49,16 @@ class CDMPPRegressor:
             raise RuntimeError("this CDMPPRegressor is not fitted yet: call fit() or load() first")
 
     def _device_matrix(self, programs: ProgramSet) -> np.ndarray | None:
-        if (programs.device is not None) != bool(self.model_config_.device_dim):
+        own = getattr(self, "device_vector_", None)  # the device a model was calibrated for
+        if programs.device is None and own is not None:
+            d = np.tile(own, (len(programs), 1))
+        elif (programs.device is not None) != bool(self.model_config_.device_dim):
             need = "with" if self.model_config_.device_dim else "without"
             raise ValueError(f"this model was fitted on programs {need} device vectors")
-        if programs.device is None:
+        elif programs.device is None:
             return None
-        d = np.asarray(programs.device, dtype=np.float64)
+        else:
+            d = np.asarray(programs.device, dtype=np.float64)
         span = np.where(self.device_max_ > self.device_min_, self.device_max_ - self.device_min_, 1)
         return ((d - self.device_min_) / span).astype(np.float32)
 
@@ -70,30 +74,50 @@ class CDMPPRegressor:
                          self._device_matrix(programs))
 
     # -- estimator API -------------------------------------------------------------------------
-    def fit(self, programs: ProgramSet, y, eval_set=None) -> "CDMPPRegressor":
-        """Train on `programs` with latencies `y` (seconds). `eval_set=(programs, y)` replaces
-        the validation set carved from the training data (it must not be test data)."""
-        import torch
-
+    @staticmethod
+    def _carve(programs: ProgramSet, y, eval_set, tc: TrainConfig):
+        """(fit set, fit labels, validation set, validation labels)."""
         from cdmpp.baselines import check_latency
-        from cdmpp.model.losses import make_loss
-        from cdmpp.model.transformer import CDMPPNet
-        from cdmpp.train.loop import train_network
 
         y = check_latency(y, len(programs))
+        if eval_set is not None:
+            return programs, y, eval_set[0], check_latency(eval_set[1], len(eval_set[0]))
+        rng = np.random.default_rng(tc.seed)
+        order = rng.permutation(len(programs))
+        n_val = max(1, int(round(tc.val_fraction * len(programs))))
+        val_rows, fit_rows = order[:n_val], order[n_val:]
+        return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows), y[val_rows])
+
+    def _train(self, fit_set, y_fit, val_set, y_val, tc: TrainConfig, unlabeled,
+               keep_initial: bool = False) -> None:
+        from cdmpp.model.losses import make_loss
+        from cdmpp.train.loop import train_network
+
+        n = self.normalizer_
+        loss_fn = make_loss(tc.loss, tc.mape_weight, (n.boxcox_lambda_, n.target_mean_,
+                                                      n.target_std_))
+        self.history_ = train_network(
+            self.net_, self._data(fit_set, y_fit), self._data(val_set, y_val), tc, loss_fn,
+            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z)),
+            checkpoint_dir=self.checkpoint_dir, progress=self.progress,
+            unlabeled=None if unlabeled is None else self._data(unlabeled),
+            keep_initial=keep_initial)
+        self.train_config_ = tc
+
+    def fit(self, programs: ProgramSet, y, eval_set=None,
+            unlabeled: ProgramSet | None = None) -> "CDMPPRegressor":
+        """Train on `programs` with latencies `y` (seconds). `eval_set=(programs, y)` replaces
+        the validation set carved from the training data (it must not be test data).
+        `unlabeled`: programs of the target device, for domain adaptation (`TrainConfig.adapt`).
+        """
+        import torch
+
+        from cdmpp.model.transformer import CDMPPNet
+
         tc = self.train_config or TrainConfig()
         if tc.threads:
             torch.set_num_threads(tc.threads)
-        if eval_set is None:
-            rng = np.random.default_rng(tc.seed)
-            order = rng.permutation(len(programs))
-            n_val = max(1, int(round(tc.val_fraction * len(programs))))
-            val_rows, fit_rows = order[:n_val], order[n_val:]
-            fit_set, y_fit = programs.subset(fit_rows), y[fit_rows]
-            val_set, y_val = programs.subset(val_rows), y[val_rows]
-        else:
-            fit_set, y_fit = programs, y
-            val_set, y_val = eval_set[0], check_latency(eval_set[1], len(eval_set[0]))
+        fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc)
 
         self.normalizer_ = Normalizer().fit(np.concatenate(fit_set.leaf_features), y_fit)
         device_dim = 0 if programs.device is None else int(np.asarray(programs.device).shape[1])
@@ -104,14 +128,26 @@ class CDMPPRegressor:
                                      n_features=programs.n_features, device_dim=device_dim)
         torch.manual_seed(tc.seed)
         self.net_ = CDMPPNet(self.model_config_)
-        n = self.normalizer_
-        loss_fn = make_loss(tc.loss, tc.mape_weight, (n.boxcox_lambda_, n.target_mean_,
-                                                      n.target_std_))
-        self.history_ = train_network(
-            self.net_, self._data(fit_set, y_fit), self._data(val_set, y_val), tc, loss_fn,
-            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z)),
-            checkpoint_dir=self.checkpoint_dir, progress=self.progress)
-        self.train_config_ = tc
+        self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled)
+        return self
+
+    def fine_tune(self, programs: ProgramSet, y, train_config: TrainConfig | None = None,
+                  eval_set=None, unlabeled: ProgramSet | None = None) -> "CDMPPRegressor":
+        """Continue training a fitted model on new data (e.g. a few tasks measured on a new
+        device), starting from its weights and keeping its normalizers and device scaling, so
+        what it learned elsewhere is the starting point. Early stopping on a validation set
+        carved from `programs` (or `eval_set`) keeps the epoch that generalizes best."""
+        import torch
+
+        self._check_fitted()
+        tc = train_config or replace(self.train_config_, epochs=30, lr=3e-4, warmup_epochs=0,
+                                     patience=10)
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc)
+        self.net_.train()
+        self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True)
+        self.net_.eval()
         return self
 
     def predict(self, programs: ProgramSet) -> np.ndarray:
@@ -166,6 +202,8 @@ class CDMPPRegressor:
         if self.model_config_.device_dim:
             config["device_min"] = self.device_min_.tolist()
             config["device_max"] = self.device_max_.tolist()
+            if getattr(self, "device_vector_", None) is not None:
+                config["device_vector"] = np.asarray(self.device_vector_).tolist()
         tmp = path / (WEIGHTS_FILE + ".tmp")
         torch.save(self.net_.state_dict(), tmp)
         os.replace(tmp, path / WEIGHTS_FILE)
@@ -204,4 +242,6 @@ class CDMPPRegressor:
         if model.model_config_.device_dim:
             model.device_min_ = np.asarray(config["device_min"])
             model.device_max_ = np.asarray(config["device_max"])
+            if "device_vector" in config:
+                model.device_vector_ = np.asarray(config["device_vector"])
         return model

@@ -53,8 +53,9 @@ class CDMPPNet(nn.Module):
         head_in = 3 * c.d_model + (c.device_embed if c.device_dim else 0)
         self.head = mlp((head_in, *c.head_hidden, 1), c.dropout)
 
-    def embed_programs(self, features, positions, mask, device=None) -> torch.Tensor:
-        """Program (+ device) embedding. features (B, L, F), positions (B, L), mask (B, L)."""
+    def program_embedding(self, features, positions, mask) -> torch.Tensor:
+        """Program embedding without the device (B, 3d): what domain adaptation aligns.
+        features (B, L, F), positions (B, L), mask (B, L)."""
         pos = positions.clamp(max=self.config.max_position - 1)
         x = self.embed(features) + self.positions[pos]  # (B, L, d)
         x = self.encoder(x, src_key_padding_mask=~mask)  # (B, L, d)
@@ -64,14 +65,22 @@ class CDMPPNet(nn.Module):
         largest = x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values  # (B, d)
         n_leaves = m.sum(1)  # (B, 1)
         totals = torch.cat([(features * m).sum(1), torch.log1p(n_leaves)], dim=-1)  # (B, F+1)
-        z = torch.cat([mean, largest, self.totals(totals)], dim=-1)  # (B, 3d)
-        if self.device_encoder is not None:
-            z = torch.cat([z, self.device_encoder(device)], dim=-1)
-        return z
+        return torch.cat([mean, largest, self.totals(totals)], dim=-1)  # (B, 3d)
 
-    def forward(self, features, positions, mask, device=None, targets=None, loss_fn=None):
-        """Returns (prediction (B,) of the transformed target, loss or None)."""
-        z = self.embed_programs(features, positions, mask, device)
-        prediction = self.head(z).squeeze(-1)  # (B,)
+    def with_device(self, z: torch.Tensor, device=None) -> torch.Tensor:
+        if self.device_encoder is None:
+            return z
+        return torch.cat([z, self.device_encoder(device)], dim=-1)
+
+    def embed_programs(self, features, positions, mask, device=None) -> torch.Tensor:
+        """Program + device embedding (what the head reads)."""
+        return self.with_device(self.program_embedding(features, positions, mask), device)
+
+    def forward(self, features, positions, mask, device=None, targets=None, loss_fn=None,
+                return_embedding: bool = False):
+        """Returns (prediction (B,) of the transformed target, loss or None), plus the program
+        embedding (without the device) when `return_embedding`."""
+        z = self.program_embedding(features, positions, mask)
+        prediction = self.head(self.with_device(z, device)).squeeze(-1)  # (B,)
         loss = None if targets is None else loss_fn(prediction, targets)
-        return prediction, loss
+        return (prediction, loss, z) if return_embedding else (prediction, loss)

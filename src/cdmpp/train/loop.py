@@ -78,9 +78,24 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
                   loss_fn: Callable, val_metrics: Callable[[np.ndarray], dict],
                   checkpoint_dir: str | Path | None = None, progress: bool = True,
-                  log=None) -> History:
-    """Train `net` in place; on return it holds the weights of the best validation epoch."""
+                  log=None, unlabeled: TrainData | None = None,
+                  keep_initial: bool = False) -> History:
+    """Train `net` in place; on return it holds the weights of the best validation epoch.
+
+    With `config.adapt` ("cmd" or "mmd"), every training batch is paired with a random batch of
+    `unlabeled` programs (of the target device) and the distance between the two batches'
+    program embeddings is added to the loss, weighted by `config.adapt_weight` (CDMPP's
+    cross-device domain adaptation). With `keep_initial` (fine-tuning), the starting weights
+    compete in model selection too: fine-tuning never returns a model worse on validation.
+    """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    distance = None
+    if config.adapt:
+        from cdmpp.model.adaptation import distance as distance_by_name
+
+        distance = distance_by_name(config.adapt)
+        if unlabeled is None or not len(unlabeled.features):
+            raise ValueError(f"adapt={config.adapt!r} needs unlabeled programs of the target")
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     optimizer = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -96,9 +111,12 @@ def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
             rng.bit_generator.state = state["rng"]
             torch.set_rng_state(state["torch_rng"])
             log(f"resuming from {ckpt} at epoch {start_epoch}")
+    if keep_initial and start_epoch == 0:
+        best = next(iter(val_metrics(predict_network(net, val)).values()))
+        best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     n_leaves = train.n_leaves
     for epoch in range(start_epoch, config.epochs):
-        if history.best_epoch >= 0 and epoch - history.best_epoch > config.patience:
+        if epoch - max(history.best_epoch, 0) > config.patience:
             log(f"early stop: no validation improvement for {config.patience} epochs")
             break
         start = time.perf_counter()
@@ -111,7 +129,12 @@ def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
                 group["lr"] = config.lr * factor
             x, p, m, d = collate(train.features, train.positions, rows, train.device)
             y = torch.from_numpy(train.target[rows].astype(np.float32))
-            _, loss = net(x, p, m, d, targets=y, loss_fn=loss_fn)
+            _, loss, z = net(x, p, m, d, targets=y, loss_fn=loss_fn, return_embedding=True)
+            if distance is not None:
+                picked = rng.choice(len(unlabeled.features), size=min(len(rows),
+                                    len(unlabeled.features)), replace=False)
+                xt, pt, mt, _ = collate(unlabeled.features, unlabeled.positions, picked)
+                loss = loss + config.adapt_weight * distance(z, net.program_embedding(xt, pt, mt))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)

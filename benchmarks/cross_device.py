@@ -1,0 +1,160 @@
+"""Cross-device accuracy: leave one device out, all figures from one run.
+
+    python benchmarks/cross_device.py --data DIR --data DIR ... [--holdout DEVICE_ID,...]
+        [--epochs N] [--ks 5,10,20] [--json out.json]
+
+Every --data is one collection directory of one device (`cdmpp collect`, ideally with
+`--programs-from` so every device measured the same programs). Only tasks measured on every
+device are used. For each held-out device: its tasks are cut in two halves by a seeded shuffle,
+a *pool* (the tasks calibration may choose from) and a *test* half (fixed for every method).
+Training uses the other devices' records (all tasks) with their device vectors.
+
+Methods, each scored on the held-out device's test tasks:
+  zero-shot      the multi-device model, given the new device's vector
+  adaptation     trained with CMD towards the new device's unlabeled programs (pool + test)
+  kmeans-k/random-k   zero-shot model fine-tuned on the held-out device's records of k pool
+                 tasks chosen by KMeans over the model's task embeddings, or at random
+beside the noise floor of the test labels (median gap of the two best passes).
+Targets: calibrated MAPE <= 1.5 x noise floor and <= 0.7 x zero-shot; KMeans beats random.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+
+def _metrics(y, pred) -> dict:
+    from cdmpp.evaluate.metrics import mape, median_ape, within
+
+    return {"mape": mape(y, pred), "median_ape": median_ape(y, pred), "within_10": within(y, pred)}
+
+
+def run_holdout(store, samples, device: str, ks, epochs, seed: int, adapt_weight: float) -> dict:
+    from cdmpp.dataset.loader import labeled
+    from cdmpp.evaluate.metrics import noise_floor_ape
+    from cdmpp.model.config import TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.train.selection import kmeans_select, random_select, task_embeddings
+
+    ids = np.array(samples.column("device_id").to_pylist())
+    tasks = np.array(samples.column("task").to_pylist())
+    held_tasks = sorted(set(tasks[ids == device]))
+    rng = np.random.default_rng(seed)
+    shuffled = [held_tasks[i] for i in rng.permutation(len(held_tasks))]
+    pool, test_tasks = shuffled[: len(shuffled) // 2], set(shuffled[len(shuffled) // 2:])
+    train = labeled(store, samples, np.flatnonzero(ids != device), with_device=True)
+    test = labeled(store, samples, np.flatnonzero((ids == device) & np.isin(tasks, list(test_tasks))),
+                   with_device=True)
+    pool_rows = np.flatnonzero((ids == device) & np.isin(tasks, pool))
+    pool_data = labeled(store, samples, pool_rows, with_device=True)
+    config = replace(TrainConfig(), seed=seed, **({"epochs": epochs} if epochs else {}))
+    out = {"device": device, "train": len(train.latency_s), "test": len(test.latency_s),
+           "pool_tasks": len(pool), "test_tasks": len(test_tasks),
+           "noise_floor": noise_floor_ape(test.noise_rel), "methods": {}}
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+
+    t0 = time.perf_counter()
+    base = CDMPPRegressor(train_config=config).fit(train.programs, train.latency_s)
+    out["train_seconds"] = time.perf_counter() - t0
+    out["methods"]["zero-shot"] = _metrics(test.latency_s, base.predict(test.programs))
+    log(f"{device}: zero-shot {out['methods']['zero-shot']}")
+
+    unlabeled = pool_data.programs
+    from cdmpp.dataset.programs import ProgramSet
+
+    unlabeled = ProgramSet(unlabeled.leaf_features + test.programs.leaf_features,
+                           unlabeled.leaf_pos + test.programs.leaf_pos,
+                           np.concatenate([unlabeled.device, test.programs.device]))
+    adapted = CDMPPRegressor(train_config=replace(config, adapt="cmd", adapt_weight=adapt_weight))
+    adapted.fit(train.programs, train.latency_s, unlabeled=unlabeled)
+    out["methods"]["adaptation"] = _metrics(test.latency_s, adapted.predict(test.programs))
+    log(f"{device}: adaptation {out['methods']['adaptation']}")
+
+    z, names = task_embeddings(base, pool_data.programs, pool_data.programs.task)
+    base_state = {k: v.clone() for k, v in base.net_.state_dict().items()}
+    for k in ks:
+        if k > len(pool):
+            continue
+        for selection in ("kmeans", "random"):
+            chosen = (kmeans_select(z, names, k, seed=seed) if selection == "kmeans"
+                      else random_select(names, k, seed=seed))
+            rows = np.flatnonzero(np.isin(np.array(pool_data.programs.task), chosen))
+            base.net_.load_state_dict(base_state)
+            t0 = time.perf_counter()
+            tuned = base.fine_tune(pool_data.programs.subset(rows), pool_data.latency_s[rows],
+                                   train_config=replace(config, epochs=30, lr=3e-4,
+                                                        warmup_epochs=0, patience=10))
+            m = _metrics(test.latency_s, tuned.predict(test.programs))
+            m.update(records=int(len(rows)), seconds=time.perf_counter() - t0)
+            out["methods"][f"{selection}-{k}"] = m
+            log(f"{device}: {selection}-{k} {m}")
+    return out
+
+
+def print_table(results: list) -> None:
+    for r in results:
+        floor = r["noise_floor"]
+        print(f"\n== held out {r['device']} ({r.get('describe', '?')}): {r['train']} training records, {r['test']} test "
+              f"records of {r['test_tasks']} tasks; noise floor {100 * floor:.1f}%")
+        zs = r["methods"]["zero-shot"]["mape"]
+        print(f"{'method':<14} {'MAPE':>7} {'medAPE':>7} {'±10%':>6} {'/floor':>7} {'/zero':>6}")
+        for name, m in r["methods"].items():
+            print(f"{name:<14} {100 * m['mape']:6.1f}% {100 * m['median_ape']:6.1f}% "
+                  f"{100 * m['within_10']:5.1f}% {m['mape'] / floor:7.1f} {m['mape'] / zs:6.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", action="append", required=True)
+    parser.add_argument("--store", default=None)
+    parser.add_argument("--holdout", default=None, help="device ids (default: every device)")
+    parser.add_argument("--ks", default="5,10,20")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--adapt-weight", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.predict import default_store_dir
+
+    store_path = Path(args.store) if args.store else default_store_dir()
+    print(build_store(args.data, store_path), file=sys.stderr)
+    store = FeatureStore(store_path)
+    samples = store.samples()
+    dbs = {str(Path(d).resolve()) for d in args.data}
+    keep = [i for i, db in enumerate(samples.column("db").to_pylist())
+            if str(Path(db).resolve()) in dbs]
+    samples = samples.take(keep)
+    ids = np.array(samples.column("device_id").to_pylist())
+    tasks = np.array(samples.column("task").to_pylist())
+    devices = sorted(set(ids))
+    common = set.intersection(*(set(tasks[ids == d]) for d in devices))
+    samples = samples.take(np.flatnonzero(np.isin(tasks, sorted(common))))
+    print(f"{len(devices)} devices, {len(common)} tasks measured on all of them, "
+          f"{samples.num_rows} records", file=sys.stderr)
+    holdouts = args.holdout.split(",") if args.holdout else devices
+    ks = [int(k) for k in args.ks.split(",")]
+    results = [run_holdout(store, samples, d, ks, args.epochs, args.seed, args.adapt_weight)
+               for d in holdouts]
+    described = store.devices()
+    for r in results:
+        dev = described.get(r["device"])
+        if dev is not None:
+            r["describe"] = (f"{dev.target.get('mcpu')} x{dev.threads} threads, "
+                             f"{dev.vector_width_bits}-bit")
+    print_table(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Calibrate a model for the device it runs on: pick a few tasks, measure them, fine-tune.
+
+    result = calibrate(CalibrateConfig(out="models/my-laptop", tasks=10))
+
+1. Embed every catalog task with the base model (features of the task's default program, on
+   this device) and choose the k most representative tasks (KMeans, CDMPP) or k random ones.
+2. Measure sampled programs of those tasks here with the collector (resumable, within the
+   time budget), into `<out>.data/` (a TVM JSON database with its device.json).
+3. Fine-tune the base model on them, optionally with domain adaptation towards the default
+   programs of every catalog task on this device, and save it: `cdmpp predict --model OUT`.
+
+A model with a device encoder remembers the device it was calibrated for
+(`CDMPPRegressor.device_vector_`), so predicting without device vectors means "this device".
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+# Measured collection speed on a 2-core VM (docs/measurement.md), to size k from a budget.
+PROGRAMS_PER_HOUR = 3000.0
+# Of a time budget, the share left for fine-tuning and task selection after measuring.
+MEASURE_SHARE = 0.75
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    out: str
+    model: str = "default"
+    budget_minutes: float | None = None  # total time; with `tasks` unset it also sizes k
+    tasks: int | None = None  # k: how many tasks to measure
+    programs_per_task: int = 8
+    selection: str = "kmeans"  # or "random"
+    adapt: str | None = None  # "cmd" | "mmd": align to every catalog task's default program
+    adapt_weight: float = 0.1
+    epochs: int = 30
+    threads: int | None = None
+    mcpu: str | None = None
+    ops: tuple | None = None  # restrict candidate tasks (names or operator families)
+    networks: tuple | None = None
+    seed: int = 0
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.out).with_name(Path(self.out).name + ".data")
+
+
+def tasks_for_budget(budget_minutes: float, programs_per_task: int) -> int:
+    """How many tasks fit a budget: measuring gets MEASURE_SHARE of it at PROGRAMS_PER_HOUR."""
+    programs = budget_minutes * MEASURE_SHARE * PROGRAMS_PER_HOUR / 60.0
+    return max(1, int(programs // (programs_per_task + 1)))
+
+
+def default_programs(tasks, target):
+    """ProgramSet of each task's default (untuned) program: features only, nothing is run."""
+    from cdmpp.dataset.programs import ProgramSet
+    from cdmpp.features import extract
+
+    feats, pos = [], []
+    for t in tasks:
+        ast = extract(t.prim_func(), target)
+        feats.append(ast.leaf_features)
+        pos.append(ast.leaf_pos)
+    return ProgramSet(tuple(feats), tuple(pos), None, tuple(t.name for t in tasks))
+
+
+def choose_tasks(estimator, programs, k: int, selection: str, seed: int) -> list[str]:
+    """k task names: the KMeans choice over the model's embeddings, or a random choice."""
+    from cdmpp.train.selection import kmeans_select, random_select, task_embeddings
+
+    if selection == "random":
+        return random_select(sorted(set(programs.task)), k, seed=seed)
+    if selection != "kmeans":
+        raise ValueError(f"unknown selection {selection!r}: use kmeans or random")
+    z, names = task_embeddings(estimator, programs, programs.task)
+    return kmeans_select(z, names, k, seed=seed)
+
+
+def _with_device(programs, vector):
+    from cdmpp.dataset.programs import ProgramSet
+
+    if vector is None:
+        return programs
+    tiled = np.tile(np.asarray(vector, dtype=np.float32), (len(programs), 1))
+    return ProgramSet(programs.leaf_features, programs.leaf_pos, tiled, programs.task)
+
+
+def calibrate(config: CalibrateConfig, tasks=None, log=None) -> dict:
+    """Run the three steps; returns a summary (also saved as the model's `trained_on`).
+    `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
+    from cdmpp.device import device_vector, local_device
+    from cdmpp.measure.collect import CollectConfig, collect
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.registry import load_estimator, save_estimator
+    from cdmpp.programs.catalog import select
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    start = time.monotonic()
+    if config.tasks is None and config.budget_minutes is None:
+        raise ValueError("give --tasks K or --budget-minutes M (or both)")
+    base = load_estimator(config.model)
+    if not isinstance(base, CDMPPRegressor):
+        raise ValueError(f"calibrate fine-tunes a CDMPP model; {config.model!r} is a "
+                         f"{type(base).__name__}")
+    device = local_device(threads=config.threads, mcpu=config.mcpu)
+    if base.model_config_.device_dim:
+        from cdmpp.measure.microbench import measure_device
+
+        device = measure_device(device)
+        vector = device_vector(device)
+        if len(vector) != base.model_config_.device_dim:
+            raise ValueError(f"{config.model} takes device vectors of length "
+                             f"{base.model_config_.device_dim}, this cdmpp makes {len(vector)}")
+    else:
+        vector = None
+    candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
+    k = config.tasks or tasks_for_budget(config.budget_minutes, config.programs_per_task)
+    k = min(k, len(candidates))
+    log(f"embedding {len(candidates)} tasks with {config.model}")
+    everything = _with_device(default_programs(candidates, device.target), vector)
+    chosen = choose_tasks(base, everything, k, config.selection, config.seed)
+    log(f"{config.selection} chose {k} tasks: {', '.join(chosen)}")
+
+    budget = None
+    if config.budget_minutes is not None:
+        spent = (time.monotonic() - start) / 60.0
+        budget = max(0.5, config.budget_minutes * MEASURE_SHARE - spent)
+    by_name = {t.name: t for t in candidates}
+    summary = collect(CollectConfig(out=str(config.data_dir),
+                                    programs_per_task=config.programs_per_task,
+                                    threads=device.threads, mcpu=config.mcpu,
+                                    time_budget_min=budget, seed=config.seed),
+                      [by_name[n] for n in chosen], progress=False,
+                      command=f"cdmpp calibrate --out {config.out}")
+    log(str(summary))
+
+    train = measured_programs(config.data_dir, chosen)
+    if len(train.latency_s) < 2:
+        raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
+                           f"{config.data_dir}: raise the budget")
+    programs = _with_device(train.programs, vector)
+    tc = replace(base.train_config_, epochs=config.epochs, lr=3e-4, warmup_epochs=0,
+                 patience=10, adapt=config.adapt, adapt_weight=config.adapt_weight,
+                 seed=config.seed)
+    base.progress = True
+    base.fine_tune(programs, train.latency_s, train_config=tc,
+                   unlabeled=everything if config.adapt else None)
+    if vector is not None:
+        base.device_vector_ = np.asarray(vector, dtype=np.float64)
+    info = {"base_model": str(config.model), "device_id": device.device_id,
+            "selection": config.selection, "tasks": chosen,
+            "records": int(len(train.latency_s)), "data": str(config.data_dir),
+            "adapt": config.adapt, "minutes": round((time.monotonic() - start) / 60.0, 2)}
+    save_estimator(base, config.out, trained_on=info)
+    log(f"saved {config.out}: fine-tuned on {info['records']} programs of {k} tasks "
+        f"in {info['minutes']} min")
+    return info
+
+
+def measured_programs(data_dir: Path, tasks):
+    """Labeled programs of `tasks` from a collection directory (features extracted into
+    `<data_dir>/features`)."""
+    from cdmpp.dataset.loader import labeled
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+
+    store_dir = Path(data_dir) / "features"
+    build_store([data_dir], store_dir, progress=False)
+    store = FeatureStore(store_dir)
+    samples = store.samples()
+    wanted = set(tasks)
+    rows = [i for i, t in enumerate(samples.column("task").to_pylist()) if t in wanted]
+    return labeled(store, samples, rows)

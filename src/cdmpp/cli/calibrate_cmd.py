@@ -1,0 +1,49 @@
+"""`cdmpp calibrate`: adapt a model to this machine from a few measured tasks."""
+
+from __future__ import annotations
+
+import json
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="measure a few chosen tasks here and fine-tune a model for this device",
+        description="Embed every catalog task with the base model, choose the k most "
+                    "representative (KMeans) or k random ones, measure them on this machine "
+                    "within the budget, fine-tune the base model on them and save it. The "
+                    "result works with `cdmpp predict --model` and `cdmpp e2e --model`.")
+    p.add_argument("--out", required=True, metavar="MODEL_DIR",
+                   help="the calibrated model; its measurements go to MODEL_DIR.data/")
+    p.add_argument("--model", default="default", metavar="BASE",
+                   help="the model to start from (default: the shipped one)")
+    p.add_argument("--budget-minutes", type=float, default=None, metavar="M",
+                   help="total time; without --tasks it also decides how many tasks fit")
+    p.add_argument("--tasks", type=int, default=None, metavar="K", help="tasks to measure")
+    p.add_argument("--selection", choices=("kmeans", "random"), default="kmeans")
+    p.add_argument("--programs-per-task", type=int, default=8, metavar="N")
+    p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
+                   help="domain adaptation towards every catalog task's default program here")
+    p.add_argument("--adapt-weight", type=float, default=0.1)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--threads", type=int, default=None, metavar="T")
+    p.add_argument("--mcpu", default=None, help="LLVM CPU to generate code for (default: host)")
+    p.add_argument("--ops", type=_csv, default=None, help="candidate tasks or operator families")
+    p.add_argument("--network", type=_csv, default=None, help="candidate networks")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from cdmpp.calibrate import CalibrateConfig, calibrate
+
+    info = calibrate(CalibrateConfig(
+        out=args.out, model=args.model, budget_minutes=args.budget_minutes, tasks=args.tasks,
+        programs_per_task=args.programs_per_task, selection=args.selection, adapt=args.adapt,
+        adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
+        mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed))
+    print(json.dumps(info, indent=1))
+    return 0

@@ -1,0 +1,50 @@
+"""Device vectors come back from the feature store, without the databases or TVM."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cdmpp.dataset.loader import labeled
+from cdmpp.device import Device, device_id, device_vector
+from cdmpp.features.build import build_store
+from cdmpp.features.store import FeatureStore
+
+
+def _give_device(db, threads: int) -> Device:
+    """Write a device.json (the fixture's own device, with `threads`) into a database."""
+    from conftest import FIXTURES
+
+    d = json.loads((FIXTURES / "device_epyc_2c.json").read_text())
+    d["threads"] = threads
+    d["device_id"] = device_id(d)
+    (db / "device.json").write_text(json.dumps(d))
+    return Device.from_json(d)
+
+
+def test_labeled_programs_carry_their_device_vectors(fixture_dbs, tmp_path):
+    one = _give_device(fixture_dbs[0], threads=1)
+    two = _give_device(fixture_dbs[1], threads=2)
+    build_store(fixture_dbs[:2], tmp_path / "store", workers=1, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    assert set(store.devices()) == {one.device_id, two.device_id}
+    samples = store.samples()
+    rows = np.arange(samples.num_rows)
+    data = labeled(store, samples, rows, with_device=True)
+    ids = samples.column("device_id").to_pylist()
+    for i, row in enumerate(rows):
+        want = device_vector(one if ids[row] == one.device_id else two)
+        np.testing.assert_array_equal(data.programs.device[i], want)
+    assert labeled(store, samples, rows).programs.device is None
+
+
+def test_a_device_without_device_json_is_a_clear_error(fixture_dbs, tmp_path):
+    for db in fixture_dbs[:1]:
+        (db / "device.json").unlink(missing_ok=True)
+    build_store(fixture_dbs[:1], tmp_path / "store", workers=1, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    samples = store.samples()
+    with pytest.raises(ValueError, match="no device.json"):
+        labeled(store, samples, np.arange(samples.num_rows), with_device=True)

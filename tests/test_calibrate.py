@@ -1,0 +1,59 @@
+"""`cdmpp calibrate` end to end on two tiny real operators: choose, measure, fine-tune, save."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cdmpp.calibrate import CalibrateConfig, calibrate, tasks_for_budget
+
+
+@pytest.fixture
+def base_model(fixture_dbs, tmp_path):
+    from cdmpp.dataset.loader import labeled
+    from cdmpp.features.build import build_store
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.model.config import ModelConfig, TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.registry import save_estimator
+
+    build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    samples = store.samples()
+    data = labeled(store, samples, np.arange(samples.num_rows))
+    model = CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                       head_hidden=(16,)),
+                           TrainConfig(epochs=2, batch_size=8, threads=1))
+    model.fit(data.programs, data.latency_s)
+    return save_estimator(model, tmp_path / "base")
+
+
+def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model, tmp_path):
+    from conftest import MATMUL_64, SOFTMAX_SMALL
+
+    from cdmpp.model.registry import load_estimator, read_meta
+
+    out = tmp_path / "calibrated"
+    config = CalibrateConfig(out=str(out), model=str(base_model), tasks=1, programs_per_task=3,
+                             epochs=2, adapt="mmd", seed=0)
+    info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None)
+    assert len(info["tasks"]) == 1 and info["tasks"][0] in {MATMUL_64.name, SOFTMAX_SMALL.name}
+    # only the chosen task was measured, into OUT.data, with its device.json
+    measured = json.loads((config.data_dir / "tasks.json").read_text())
+    assert [v["name"] for v in measured.values()] == info["tasks"]
+    assert (config.data_dir / "device.json").exists()
+    assert info["records"] == 4  # the default program + 3 sampled ones
+    assert read_meta(out)["trained_on"]["tasks"] == info["tasks"]
+    model = load_estimator(out)
+    from cdmpp.calibrate import measured_programs
+
+    data = measured_programs(config.data_dir, info["tasks"])
+    assert np.all(np.isfinite(model.predict(data.programs)))
+
+
+def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path):
+    assert tasks_for_budget(10, 8) > tasks_for_budget(2, 8) >= 1
+    with pytest.raises(ValueError, match="--tasks"):
+        calibrate(CalibrateConfig(out=str(tmp_path / "m"), model=str(base_model)))
