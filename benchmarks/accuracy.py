@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 
-def run_split(store, spec: str, epochs: int | None, seed: int) -> dict:
+def run_split(store, samples, spec: str, epochs: int | None, seed: int) -> dict:
     from dataclasses import replace
 
     from cdmpp.dataset.splits import make_split
@@ -27,7 +27,7 @@ def run_split(store, spec: str, epochs: int | None, seed: int) -> dict:
     from cdmpp.evaluate.run import compare
     from cdmpp.model.config import TrainConfig
 
-    split = make_split(store.samples(), spec, seed=seed)
+    split = make_split(samples, spec, seed=seed)
     config = replace(TrainConfig(), seed=seed, **({"epochs": epochs} if epochs else {}))
     result = compare(store, split, train_config=config, progress=False,
                      log=lambda m: print(m, file=sys.stderr))
@@ -59,8 +59,10 @@ def main() -> int:
     store_path = Path(args.store) if args.store else default_store_dir()
     print(build_store(args.data, store_path), file=sys.stderr)
     store = FeatureStore(store_path)
-    figures = {"by_network": run_split(store, f"by-network:{args.networks}", args.epochs, args.seed),
-               "random": run_split(store, "random", args.epochs, args.seed)}
+    samples = store.samples(databases=args.data)
+    figures = {"by_network": run_split(store, samples, f"by-network:{args.networks}", args.epochs,
+                                       args.seed),
+               "random": run_split(store, samples, "random", args.epochs, args.seed)}
     net, rnd = figures["by_network"], figures["random"]
     print("\n== targets")
     print(f"by-network: cdmpp MAPE / XGBoost MAPE = {net['cdmpp_over_xgb_mape']:.2f} "

@@ -128,11 +128,7 @@ def main() -> int:
     store_path = Path(args.store) if args.store else default_store_dir()
     print(build_store(args.data, store_path), file=sys.stderr)
     store = FeatureStore(store_path)
-    samples = store.samples()
-    dbs = {str(Path(d).resolve()) for d in args.data}
-    keep = [i for i, db in enumerate(samples.column("db").to_pylist())
-            if str(Path(db).resolve()) in dbs]
-    samples = samples.take(keep)
+    samples = store.samples(databases=args.data)
     ids = np.array(samples.column("device_id").to_pylist())
     tasks = np.array(samples.column("task").to_pylist())
     devices = sorted(set(ids))

@@ -61,3 +61,14 @@ def test_reading_the_store_needs_no_tvm(fixture_dbs, tmp_path):
             "k = s.samples().column('key')[0].as_py(); f, p = s.program(k);"
             "assert f.shape[1] == 164; assert 'tvm' not in sys.modules, 'tvm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_samples_of_given_databases_only(fixture_dbs, tmp_path):
+    """A store is shared between commands: `--data A` must not train on B's records."""
+    build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    everything = store.samples()
+    only = store.samples(databases=[fixture_dbs[0]])
+    assert 0 < only.num_rows < everything.num_rows
+    assert set(only.column("db").to_pylist()) == {str(fixture_dbs[0])}
+    assert store.samples(databases=[fixture_dbs[0].parent]).num_rows == everything.num_rows

@@ -65,7 +65,7 @@ def run_train(args) -> int:
     from cdmpp.model.registry import save_estimator
 
     store = _store(args)
-    samples = store.samples()
+    samples = store.samples(databases=args.data)
     if not samples.num_rows:
         raise ValueError("the given databases hold no usable record")
     import numpy as np
@@ -102,7 +102,7 @@ def run_eval(args) -> int:
     from cdmpp.evaluate.run import compare
 
     store = _store(args)
-    split = make_split(store.samples(), args.split, seed=args.seed)
+    split = make_split(store.samples(databases=args.data), args.split, seed=args.seed)
     split.save(store.path)
     models = [m for m in args.models.split(",") if m]
     result = compare(store, split, models, train_config=_train_config(args), progress=True,

@@ -117,8 +117,10 @@ class FeatureStore:
         """The program keys in the store (a set-like view: membership is O(1), nothing copied)."""
         return self._row_of.keys()
 
-    def samples(self):
-        """The samples table (pyarrow), one row per measured record."""
+    def samples(self, databases=None):
+        """The samples table (pyarrow), one row per measured record; with `databases` (paths
+        of databases, or folders of them), only their records: a store is shared by every
+        command, and training on `--data A` must not pick up what an earlier run added."""
         import pyarrow.parquet as pq
 
         path = self.path / SAMPLES_FILE
@@ -126,7 +128,15 @@ class FeatureStore:
             from cdmpp.features.samples import empty_samples
 
             return empty_samples()
-        return pq.read_table(path)
+        table = pq.read_table(path)
+        if databases is None:
+            return table
+        from cdmpp.measure.database import find_databases
+
+        wanted = {str(Path(db).resolve()) for root in databases for db in find_databases(root)}
+        keep = [i for i, db in enumerate(table.column("db").to_pylist())
+                if str(Path(db).resolve()) in wanted]
+        return table.take(keep)
 
     def devices(self) -> dict:
         """{device_id: Device} of the databases whose device.json the store has seen."""
