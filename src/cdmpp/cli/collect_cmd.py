@@ -20,6 +20,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--list", action="store_true", help="show the operator catalog and exit")
     p.add_argument("--ops", type=_csv, help="task names or operator families, comma-separated")
     p.add_argument("--network", type=_csv, help="networks, comma-separated (resnet18, ...)")
+    p.add_argument("--kernels-of", type=_csv, default=None, metavar="NETWORK,...",
+                   help="collect the fused kernels TVM runs for these networks (resnet18, ...) "
+                        "instead of catalog operators; the database then also serves as a "
+                        "tuning database for them (`cdmpp e2e --tuning-db`)")
+    p.add_argument("--batches", type=_csv, default=("1",), metavar="B,...",
+                   help="batch sizes of --kernels-of (default: 1)")
     p.add_argument("--programs-per-task", type=int, default=32, metavar="N")
     p.add_argument("--passes", type=int, default=None, metavar="P",
                    help="timing passes per program (default: the protocol's)")
@@ -51,12 +57,34 @@ def print_catalog(tasks) -> None:
         print(f"{t.name:<34} {t.op:<18} {','.join(t.networks)}")
 
 
+def _kernel_tasks(args):
+    from cdmpp.device import local_device
+    from cdmpp.e2e.networks import spec
+    from cdmpp.programs.network_kernels import kernel_tasks
+
+    for name in args.kernels_of:
+        spec(name)  # an unknown name fails here, before any lowering
+    try:
+        batches = tuple(int(b) for b in args.batches)
+    except ValueError:
+        raise ValueError(f"--batches takes integers, got {','.join(args.batches)}") from None
+    target = local_device(args.threads, args.mcpu).target
+    return kernel_tasks(args.kernels_of, batches, target,
+                        log=lambda m: print(m, file=sys.stderr, flush=True))
+
+
 def run(args) -> int:
     from dataclasses import replace
 
     from cdmpp.programs.catalog import select
 
-    tasks = select(args.ops, args.network)
+    if args.kernels_of:
+        if args.ops or args.network:
+            raise ValueError("--kernels-of collects network kernels: it does not combine with "
+                             "--ops or --network (catalog filters)")
+        tasks = _kernel_tasks(args)
+    else:
+        tasks = select(args.ops, args.network)
     if args.list:
         print_catalog(tasks)
         return 0

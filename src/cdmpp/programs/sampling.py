@@ -11,6 +11,7 @@ the module itself is kept in the candidate, so the program we time is the one we
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,10 +85,16 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
         out.append(_candidate(f"{task}/default", "default", workload_mod, workload_mod,
                               EMPTY_TRACE, args))
     seen = {c.mod_shash for c in out}
-    ctx = ms.TuneContext(mod=workload_mod, target=tvm.target.Target(target),
-                         space_generator="post-order-apply", search_strategy="replay-trace",
-                         task_name=task, rand_state=seed, num_threads=1)
-    spaces = ctx.generate_design_space()
+    try:
+        ctx = ms.TuneContext(mod=workload_mod, target=tvm.target.Target(target),
+                             space_generator="post-order-apply", search_strategy="replay-trace",
+                             task_name=task, rand_state=seed, num_threads=1)
+        spaces = ctx.generate_design_space()
+    except Exception as e:  # noqa: BLE001 - e.g. a fused kernel meta_schedule cannot schedule
+        # The default program is still worth measuring; say why nothing else is.
+        warnings.warn(f"{task}: meta_schedule has no design space ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}); only the default program")
+        return out
     n_default = sum(c.kind == "default" for c in out)
     for _ in range(max_rounds):
         want = n - (len(out) - n_default)

@@ -1,0 +1,65 @@
+"""The kernels TVM actually runs for a network, as collector tasks.
+
+Catalog tasks are single operators (TOPI computes); a network built by TVM runs *fused*
+PrimFuncs (conv2d + bias + relu in one kernel, reshapes folded in...). To predict a whole
+network well, those exact kernels belong in the training data, and measuring their sampled
+schedules also gives a tuning database for that network (its workloads are the ones
+`MetaScheduleApplyDatabase` looks up).
+
+    tasks = kernel_tasks(["resnet18"], batches=(1, 4), target=device.target)
+    collect(CollectConfig(out="kernels"), tasks)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_NUMBER_SUFFIX = re.compile(r"\d+$")
+
+
+@dataclass(frozen=True)
+class KernelTask:
+    """A fused kernel of one or more networks: what the collector needs of a task."""
+
+    name: str  # "<kernel family>_<8 hex of its structural hash>", stable across runs
+    op: str  # the kernel family: its name in the module without the numbering suffix
+    networks: tuple[str, ...]  # sorted network names
+    func: object = field(compare=False, repr=False)  # tvm.tirx.PrimFunc
+    params: tuple = ()
+
+    def prim_func(self):
+        return self.func
+
+
+def kernel_family(kernel_name: str) -> str:
+    """`fused_conv2d_add_relu3` -> `fused_conv2d_add_relu` (TVM numbers repeated names)."""
+    return _NUMBER_SUFFIX.sub("", kernel_name).rstrip("_") or kernel_name
+
+
+def kernel_tasks(networks, batches=(1,), target=None, log=None) -> list[KernelTask]:
+    """The distinct kernels of `networks` at `batches` (structurally equal kernels of several
+    networks or batches are one task listing every network), in first-seen order."""
+    import tvm_ffi
+
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+
+    found: dict[int, dict] = {}
+    for network in networks:
+        for batch in batches:
+            if log:
+                log(f"lowering {network} at batch {batch}")
+            net = lower_network(import_network(network, batch), target, name=network, batch=batch)
+            for k in net.kernels:
+                # hashed as the collector's workload: same name, so equal kernels of two
+                # networks (numbered differently there) are one task
+                h = int(tvm_ffi.structural_hash(k.func.with_attr("global_symbol", "main")))
+                entry = found.setdefault(h, {"kernel": k, "networks": set()})
+                entry["networks"].add(network)
+    tasks = []
+    for h, entry in found.items():
+        family = kernel_family(entry["kernel"].name)
+        tasks.append(KernelTask(f"{family}_{h & 0xFFFFFFFF:08x}", family,
+                                tuple(sorted(entry["networks"])), entry["kernel"].func))
+    return tasks

@@ -1,0 +1,52 @@
+"""Network kernels as collector tasks: what TVM runs is what gets measured, and the measured
+database then tunes that network."""
+
+from __future__ import annotations
+
+import json
+
+from cdmpp.programs.network_kernels import kernel_family, kernel_tasks
+
+
+def _target():
+    from cdmpp.device import local_device
+
+    return local_device().target
+
+
+def test_kernel_tasks_are_the_distinct_fused_kernels_with_their_networks():
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+
+    target = _target()
+    tasks = kernel_tasks(["tiny_mlp", "tiny_branch"], batches=(2,), target=target)
+    assert len({t.name for t in tasks}) == len(tasks)
+    mlp = lower_network(import_network("tiny_mlp", 2), target)
+    branch = lower_network(import_network("tiny_branch", 2), target)
+    assert len(tasks) <= len(mlp.kernels) + len(branch.kernels)
+    assert {t.op for t in tasks} >= {kernel_family(k.name) for k in mlp.kernels}
+    assert all(set(t.networks) <= {"tiny_mlp", "tiny_branch"} and t.networks for t in tasks)
+    # the same kernels again, in another process-independent order of names
+    assert [t.name for t in kernel_tasks(["tiny_mlp", "tiny_branch"], (2,), target)] == \
+        [t.name for t in tasks]
+
+
+def test_kernel_family_drops_tvm_numbering():
+    assert kernel_family("fused_conv2d_add_relu3") == "fused_conv2d_add_relu"
+    assert kernel_family("matmul") == "matmul"
+
+
+def test_collected_kernels_form_a_tuning_database_for_their_network(tmp_path):
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.measure.collect import CollectConfig, collect
+
+    target = _target()
+    tasks = kernel_tasks(["tiny_mlp"], batches=(2,), target=target)
+    summary = collect(CollectConfig(out=str(tmp_path), programs_per_task=2), tasks,
+                      progress=False)
+    assert summary.ok >= len(tasks)  # at least every default program
+    names = {v["name"] for v in json.loads((tmp_path / "tasks.json").read_text()).values()}
+    assert names == {t.name for t in tasks}
+    tuned = lower_network(import_network("tiny_mlp", 2), target, tuning_db=tmp_path)
+    assert all(k.tuned for k in tuned.kernels)
