@@ -88,9 +88,7 @@ def run_holdout(store, samples, device: str, ks, epochs, seed: int, adapt_weight
             rows = np.flatnonzero(np.isin(np.array(pool_data.programs.task), chosen))
             base.net_.load_state_dict(base_state)
             t0 = time.perf_counter()
-            tuned = base.fine_tune(pool_data.programs.subset(rows), pool_data.latency_s[rows],
-                                   train_config=replace(config, epochs=30, lr=3e-4,
-                                                        warmup_epochs=0, patience=10))
+            tuned = base.fine_tune(pool_data.programs.subset(rows), pool_data.latency_s[rows])
             m = _metrics(test.latency_s, tuned.predict(test.programs))
             m.update(records=int(len(rows)), seconds=time.perf_counter() - t0)
             out["methods"][f"{selection}-{k}"] = m

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ class CalibrateConfig:
     selection: str = "kmeans"  # or "random"
     adapt: str | None = None  # "cmd" | "mmd": align to every catalog task's default program
     adapt_weight: float = 0.1
-    epochs: int = 30
+    epochs: int = 100
     threads: int | None = None
     mcpu: str | None = None
     ops: tuple | None = None  # restrict candidate tasks (names or operator families)
@@ -95,7 +95,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None) -> dict:
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
     from cdmpp.device import device_vector, local_device
     from cdmpp.measure.collect import CollectConfig, collect
-    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.estimator import CDMPPRegressor, fine_tune_config
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.programs.catalog import select
 
@@ -144,9 +144,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None) -> dict:
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}: raise the budget")
     programs = _with_device(train.programs, vector)
-    tc = replace(base.train_config_, epochs=config.epochs, lr=3e-4, warmup_epochs=0,
-                 patience=10, adapt=config.adapt, adapt_weight=config.adapt_weight,
-                 seed=config.seed)
+    tc = fine_tune_config(base.train_config_, epochs=config.epochs, adapt=config.adapt,
+                          adapt_weight=config.adapt_weight, seed=config.seed)
     base.progress = True
     base.fine_tune(programs, train.latency_s, train_config=tc,
                    unlabeled=everything if config.adapt else None)

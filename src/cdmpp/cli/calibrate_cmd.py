@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
                    help="domain adaptation towards every catalog task's default program here")
     p.add_argument("--adapt-weight", type=float, default=0.1)
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--threads", type=int, default=None, metavar="T")
     p.add_argument("--mcpu", default=None, help="LLVM CPU to generate code for (default: host)")
     p.add_argument("--ops", type=_csv, default=None, help="candidate tasks or operator families")

@@ -34,6 +34,13 @@ def _val_metrics(y_true, y_pred) -> dict:
     return {"rmse_log": rmse_log(y_true, y_pred), "mape": mape(y_true, y_pred)}
 
 
+def fine_tune_config(base: TrainConfig, **changes) -> TrainConfig:
+    """Settings for fine-tuning on a few records: small batches (a batch of 256 would make one
+    step per epoch), no warm-up, the base learning rate, early stopping."""
+    return replace(base, **{"epochs": 100, "batch_size": 16, "warmup_epochs": 0,
+                            "patience": 20, **changes})
+
+
 class CDMPPRegressor:
     def __init__(self, model_config: ModelConfig | None = None,
                  train_config: TrainConfig | None = None, checkpoint_dir: str | None = None,
@@ -75,14 +82,23 @@ class CDMPPRegressor:
 
     # -- estimator API -------------------------------------------------------------------------
     @staticmethod
-    def _carve(programs: ProgramSet, y, eval_set, tc: TrainConfig):
-        """(fit set, fit labels, validation set, validation labels)."""
+    def _carve(programs: ProgramSet, y, eval_set, tc: TrainConfig, by_task: bool = False):
+        """(fit set, fit labels, validation set, validation labels). `by_task`: validation
+        holds whole tasks (what fine-tuning on a few tasks must generalize to: other tasks)."""
         from cdmpp.baselines import check_latency
 
         y = check_latency(y, len(programs))
         if eval_set is not None:
             return programs, y, eval_set[0], check_latency(eval_set[1], len(eval_set[0]))
         rng = np.random.default_rng(tc.seed)
+        tasks = sorted(set(programs.task)) if by_task and programs.task is not None else []
+        if len(tasks) >= 2:
+            n_val = max(1, int(round(tc.val_fraction * len(tasks))))
+            held = {tasks[i] for i in rng.permutation(len(tasks))[:n_val]}
+            is_val = np.array([t in held for t in programs.task])
+            val_rows, fit_rows = np.flatnonzero(is_val), np.flatnonzero(~is_val)
+            return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows),
+                    y[val_rows])
         order = rng.permutation(len(programs))
         n_val = max(1, int(round(tc.val_fraction * len(programs))))
         val_rows, fit_rows = order[:n_val], order[n_val:]
@@ -136,15 +152,15 @@ class CDMPPRegressor:
         """Continue training a fitted model on new data (e.g. a few tasks measured on a new
         device), starting from its weights and keeping its normalizers and device scaling, so
         what it learned elsewhere is the starting point. Early stopping on a validation set
-        carved from `programs` (or `eval_set`) keeps the epoch that generalizes best."""
+        carved from `programs` by task (or `eval_set`) keeps the epoch that generalizes best
+        to tasks it was not fine-tuned on. Default: `fine_tune_config(self.train_config_)`."""
         import torch
 
         self._check_fitted()
-        tc = train_config or replace(self.train_config_, epochs=30, lr=3e-4, warmup_epochs=0,
-                                     patience=10)
+        tc = train_config or fine_tune_config(self.train_config_)
         if tc.threads:
             torch.set_num_threads(tc.threads)
-        fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc)
+        fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc, by_task=True)
         self.net_.train()
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True)
         self.net_.eval()
