@@ -48,10 +48,10 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def print_catalog(tasks) -> None:
+def print_catalog(tasks, header: str | None = None) -> None:
     from cdmpp.programs.catalog import CATALOG_VERSION
 
-    print(f"catalog version {CATALOG_VERSION}: {len(tasks)} tasks")
+    print(header or f"catalog version {CATALOG_VERSION}: {len(tasks)} tasks")
     print(f"{'task':<34} {'op':<18} networks")
     for t in tasks:
         print(f"{t.name:<34} {t.op:<18} {','.join(t.networks)}")
@@ -86,7 +86,8 @@ def run(args) -> int:
     else:
         tasks = select(args.ops, args.network)
     if args.list:
-        print_catalog(tasks)
+        print_catalog(tasks, f"{len(tasks)} kernels of {','.join(args.kernels_of)}"
+                      if args.kernels_of else None)
         return 0
     if not args.out:
         raise ValueError("--out DIR is required (or --list to see the catalog)")

@@ -29,7 +29,12 @@ class KernelTask:
     params: tuple = ()
 
     def prim_func(self):
-        return self.func
+        """A deep copy, as catalog tasks build a fresh PrimFunc per call: a schedule edits the
+        statements of the module it is given in place."""
+        from cdmpp.tvm_env import import_tvm
+
+        tvm = import_tvm()
+        return tvm.ir.load_json(tvm.ir.save_json(self.func))
 
 
 def kernel_family(kernel_name: str) -> str:
