@@ -144,3 +144,26 @@ def test_calibrated_device_vector_is_the_default_and_persists(slice_data, tmp_pa
     model.save(tmp_path / "m")
     np.testing.assert_allclose(CDMPPRegressor.load(tmp_path / "m").predict(test.programs),
                                expected)
+
+
+def test_fine_tune_head_only_keeps_the_program_encoder(fitted, slice_data):
+    import copy
+
+    import torch
+
+    train, test = slice_data
+    for layers, encoder_moves in (("head", False), ("all", True)):
+        model = copy.deepcopy(fitted)
+        before = {k: v.clone() for k, v in model.net_.state_dict().items()}
+        # validation on the training data itself: some epoch improves on it, so weights move
+        model.fine_tune(train.programs, train.latency_s, eval_set=(train.programs,
+                                                                   train.latency_s),
+                        train_config=TrainConfig(epochs=3, batch_size=16, threads=1),
+                        layers=layers)
+        after = model.net_.state_dict()
+        moved = {k for k in before if not torch.equal(before[k], after[k])}
+        assert any(k.startswith("head.") for k in moved)
+        assert any(k.startswith("encoder.") for k in moved) == encoder_moves
+        assert all(p.requires_grad for p in model.net_.parameters())
+    with pytest.raises(ValueError, match="layers"):
+        fitted.fine_tune(train.programs, train.latency_s, layers="encoder")

@@ -148,21 +148,35 @@ class CDMPPRegressor:
         return self
 
     def fine_tune(self, programs: ProgramSet, y, train_config: TrainConfig | None = None,
-                  eval_set=None, unlabeled: ProgramSet | None = None) -> "CDMPPRegressor":
+                  eval_set=None, unlabeled: ProgramSet | None = None,
+                  layers: str = "head") -> "CDMPPRegressor":
         """Continue training a fitted model on new data (e.g. a few tasks measured on a new
         device), starting from its weights and keeping its normalizers and device scaling, so
         what it learned elsewhere is the starting point. Early stopping on a validation set
         carved from `programs` by task (or `eval_set`) keeps the epoch that generalizes best
-        to tasks it was not fine-tuned on. Default: `fine_tune_config(self.train_config_)`."""
+        to tasks it was not fine-tuned on. Default: `fine_tune_config(self.train_config_)`.
+
+        `layers`: "head" trains only the device encoder and the regression head (the program
+        encoder keeps what many tasks taught it; a few tasks cannot retrain it without
+        forgetting), "all" trains everything."""
         import torch
 
         self._check_fitted()
+        if layers not in ("head", "all"):
+            raise ValueError(f"layers must be 'head' or 'all', not {layers!r}")
+        trainable = ("head.", "device_encoder.") if layers == "head" else ("",)
+        for name, param in self.net_.named_parameters():
+            param.requires_grad_(name.startswith(trainable))
         tc = train_config or fine_tune_config(self.train_config_)
         if tc.threads:
             torch.set_num_threads(tc.threads)
         fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc, by_task=True)
         self.net_.train()
-        self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True)
+        try:
+            self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True)
+        finally:
+            for param in self.net_.parameters():
+                param.requires_grad_(True)
         self.net_.eval()
         return self
 
