@@ -38,7 +38,8 @@ def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model
     out = tmp_path / "calibrated"
     config = CalibrateConfig(out=str(out), model=str(base_model), tasks=1, programs_per_task=3,
                              epochs=2, adapt="mmd", seed=0)
-    info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None)
+    info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None,
+                     progress=False)
     assert len(info["tasks"]) == 1 and info["tasks"][0] in {MATMUL_64.name, SOFTMAX_SMALL.name}
     # only the chosen task was measured, into OUT.data, with its device.json
     measured = json.loads((config.data_dir / "tasks.json").read_text())

@@ -90,7 +90,7 @@ def _with_device(programs, vector):
     return ProgramSet(programs.leaf_features, programs.leaf_pos, tiled, programs.task)
 
 
-def calibrate(config: CalibrateConfig, tasks=None, log=None) -> dict:
+def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
     from cdmpp.device import device_vector, local_device
@@ -135,7 +135,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None) -> dict:
                                     programs_per_task=config.programs_per_task,
                                     threads=device.threads, mcpu=config.mcpu,
                                     time_budget_min=budget, seed=config.seed),
-                      [by_name[n] for n in chosen], progress=False,
+                      [by_name[n] for n in chosen], progress=progress,
                       command=f"cdmpp calibrate --out {config.out}")
     log(str(summary))
 
@@ -146,7 +146,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None) -> dict:
     programs = _with_device(train.programs, vector)
     tc = fine_tune_config(base.train_config_, epochs=config.epochs, adapt=config.adapt,
                           adapt_weight=config.adapt_weight, seed=config.seed)
-    base.progress = True
+    base.progress = progress
     base.fine_tune(programs, train.latency_s, train_config=tc,
                    unlabeled=everything if config.adapt else None)
     if vector is not None:
