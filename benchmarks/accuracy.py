@@ -52,13 +52,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
     args = parser.parse_args()
-    from cdmpp.features.build import build_store
-    from cdmpp.features.store import FeatureStore
-    from cdmpp.predict import default_store_dir
+    from cdmpp.features.build import open_store
 
-    store_path = Path(args.store) if args.store else default_store_dir()
-    print(build_store(args.data, store_path), file=sys.stderr)
-    store = FeatureStore(store_path)
+    store = open_store(args.data, args.store)
     samples = store.samples(databases=args.data)
     figures = {"by_network": run_split(store, samples, f"by-network:{args.networks}", args.epochs,
                                        args.seed),

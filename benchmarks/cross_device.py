@@ -114,15 +114,12 @@ def same_programs(samples) -> np.ndarray:
     """Mask of the records of programs every device measured (the collector's candidate keys,
     `task/index`, from each database's cdmpp_measurements.jsonl): a held-out device with more
     programs per task would otherwise be tested on programs no other device saw."""
-    from cdmpp.measure.database import SIDECAR_FILE
+    from cdmpp.measure.database import load_database
 
-    dbs = sorted(set(samples.column("db").to_pylist()))
     program = {}
-    for db in dbs:
-        for line in (Path(db) / SIDECAR_FILE).read_text().splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                program[(db, entry["record_index"])] = entry["key"]
+    for db in sorted(set(samples.column("db").to_pylist())):
+        for rec in load_database(db, strict=False).records:
+            program[(db, rec.record_index)] = rec.meta.get("key")
     rows = list(zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist(),
                     samples.column("device_id").to_pylist()))
     keys_of: dict = {}
@@ -155,13 +152,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
     args = parser.parse_args()
-    from cdmpp.features.build import build_store
-    from cdmpp.features.store import FeatureStore
-    from cdmpp.predict import default_store_dir
+    from cdmpp.features.build import open_store
 
-    store_path = Path(args.store) if args.store else default_store_dir()
-    print(build_store(args.data, store_path), file=sys.stderr)
-    store = FeatureStore(store_path)
+    store = open_store(args.data, args.store)
     samples = store.samples(databases=args.data)
     common = same_programs(samples)
     ids = np.array(samples.column("device_id").to_pylist())

@@ -88,13 +88,11 @@ def main() -> int:
 
     from cdmpp.baselines import make_baseline
     from cdmpp.dataset.loader import labeled
-    from cdmpp.features.build import build_store
-    from cdmpp.features.store import FeatureStore
+    from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
     from cdmpp.model.config import TrainConfig
     from cdmpp.model.estimator import CDMPPRegressor
     from cdmpp.model.registry import save_estimator
-    from cdmpp.predict import default_store_dir
 
     with tempfile.TemporaryDirectory() as tmp:
         data = resolve_data(args.data, Path(tmp))
@@ -102,13 +100,10 @@ def main() -> int:
         sample_dir = ASSETS / "sample_data"
         taken = cut_sample(find_databases(own[-1])[0], sample_dir, args.sample_tasks,
                            args.sample_per_task, args.seed) if own else set()
-        store_path = Path(args.store) if args.store else default_store_dir()
-        print(build_store(data, store_path), file=sys.stderr)
-        store = FeatureStore(store_path)
-        samples = store.samples()
-        given = {str(p) for root in data for p in find_databases(root)}
-        ids = list(zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist()))
-        rows = np.array([i for i, (db, r) in enumerate(ids) if db in given and (db, r) not in taken])
+        store = open_store(data, args.store)
+        samples = store.samples(databases=data)
+        ids = zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist())
+        rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
         train = labeled(store, samples, rows)
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
                 "held_out_sample": len(taken)}

@@ -81,20 +81,11 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int) -> list
     return kmeans_select(z, names, k, seed=seed)
 
 
-def _with_device(programs, vector):
-    from cdmpp.dataset.programs import ProgramSet
-
-    if vector is None:
-        return programs
-    tiled = np.tile(np.asarray(vector, dtype=np.float32), (len(programs), 1))
-    return ProgramSet(programs.leaf_features, programs.leaf_pos, tiled, programs.task)
-
-
 def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
-    from cdmpp.device import device_vector, local_device
-    from cdmpp.measure.collect import CollectConfig, collect
+    from cdmpp.device import device_vector
+    from cdmpp.measure.collect import CollectConfig, claim_measured_device, collect
     from cdmpp.model.estimator import CDMPPRegressor, fine_tune_config
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.programs.catalog import select
@@ -107,11 +98,10 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     if not isinstance(base, CDMPPRegressor):
         raise ValueError(f"calibrate fine-tunes a CDMPP model; {config.model!r} is a "
                          f"{type(base).__name__}")
-    device = local_device(threads=config.threads, mcpu=config.mcpu)
+    # the measured device, kept in the data directory: the collector reuses its figures, and
+    # a resumed calibration gives the same device vector
+    device, _ = claim_measured_device(config.data_dir, config.threads, config.mcpu)
     if base.model_config_.device_dim:
-        from cdmpp.measure.microbench import measure_device
-
-        device = measure_device(device)
         vector = device_vector(device)
         if len(vector) != base.model_config_.device_dim:
             raise ValueError(f"{config.model} takes device vectors of length "
@@ -122,7 +112,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     k = config.tasks or tasks_for_budget(config.budget_minutes, config.programs_per_task)
     k = min(k, len(candidates))
     log(f"embedding {len(candidates)} tasks with {config.model}")
-    everything = _with_device(default_programs(candidates, device.target), vector)
+    everything = default_programs(candidates, device.target).with_device(vector)
     chosen = choose_tasks(base, everything, k, config.selection, config.seed)
     log(f"{config.selection} chose {k} tasks: {', '.join(chosen)}")
 
@@ -143,7 +133,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     if len(train.latency_s) < 2:
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}: raise the budget")
-    programs = _with_device(train.programs, vector)
+    programs = train.programs.with_device(vector)
     tc = fine_tune_config(base.train_config_, epochs=config.epochs, adapt=config.adapt,
                           adapt_weight=config.adapt_weight, seed=config.seed)
     base.progress = progress

@@ -10,3 +10,9 @@ def cache_root() -> Path:
     """`$XDG_CACHE_HOME/cdmpp`, else `~/.cache/cdmpp`."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "cdmpp"
+
+
+def default_store_dir() -> Path:
+    """The shared feature store: `$XDG_CACHE_HOME/cdmpp/features`, else
+    `~/.cache/cdmpp/features`."""
+    return cache_root() / "features"

@@ -27,6 +27,7 @@ import numpy as np
 
 from cdmpp.atomic import write_text_atomic
 from cdmpp.dataset.loader import programs_for_rows
+from cdmpp.paths import default_store_dir  # noqa: F401 - also cdmpp.predict.default_store_dir
 from cdmpp.measure.database import (RECORD_FILE, DatabaseError, SkippedLine, _lines_with_tail,
                                     _load_sidecars, _parse_record, find_databases,
                                     load_database)
@@ -41,13 +42,6 @@ def sample_databases() -> list[str]:
     if not root.exists():
         raise FileNotFoundError(f"no sample data is shipped with this cdmpp ({root} is missing)")
     return [str(root)]
-
-
-def default_store_dir() -> Path:
-    """`$XDG_CACHE_HOME/cdmpp/features`, else `~/.cache/cdmpp/features`."""
-    from cdmpp.paths import cache_root
-
-    return cache_root() / "features"
 
 
 @dataclass(frozen=True)

@@ -128,8 +128,6 @@ def test_calibrated_device_vector_is_the_default_and_persists(slice_data, tmp_pa
 
     train, test = slice_data
     rng = np.random.default_rng(0)
-    with_device = lambda p, v: ProgramSet(p.leaf_features, p.leaf_pos,  # noqa: E731
-                                          np.tile(v, (len(p), 1)), p.task)
     dev = rng.random((2, 3)).astype(np.float32)
     halves = np.arange(len(train.latency_s)) % 2
     programs = ProgramSet(train.programs.leaf_features, train.programs.leaf_pos,
@@ -139,7 +137,7 @@ def test_calibrated_device_vector_is_the_default_and_persists(slice_data, tmp_pa
     with pytest.raises(ValueError, match="device vectors"):
         model.predict(test.programs)
     model.device_vector_ = dev[1].astype(np.float64)
-    expected = model.predict(with_device(test.programs, dev[1]))
+    expected = model.predict(test.programs.with_device(dev[1]))
     np.testing.assert_allclose(model.predict(test.programs), expected)
     model.save(tmp_path / "m")
     np.testing.assert_allclose(CDMPPRegressor.load(tmp_path / "m").predict(test.programs),

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 
-
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+from cdmpp.cli import csv_list
 
 
 def add_parser(subparsers) -> None:
@@ -31,8 +29,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--threads", type=int, default=None, metavar="T")
     p.add_argument("--mcpu", default=None, help="LLVM CPU to generate code for (default: host)")
-    p.add_argument("--ops", type=_csv, default=None, help="candidate tasks or operator families")
-    p.add_argument("--network", type=_csv, default=None, help="candidate networks")
+    p.add_argument("--ops", type=csv_list, default=None, help="candidate tasks or operator families")
+    p.add_argument("--network", type=csv_list, default=None, help="candidate networks")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=run)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+from cdmpp.cli import csv_list
 
 
 def add_parser(subparsers) -> None:
@@ -18,13 +16,13 @@ def add_parser(subparsers) -> None:
                     "database in --out. Resumable: run the same command again to continue.")
     p.add_argument("--out", help="output directory (a TVM JSON database + cdmpp files)")
     p.add_argument("--list", action="store_true", help="show the operator catalog and exit")
-    p.add_argument("--ops", type=_csv, help="task names or operator families, comma-separated")
-    p.add_argument("--network", type=_csv, help="networks, comma-separated (resnet18, ...)")
-    p.add_argument("--kernels-of", type=_csv, default=None, metavar="NETWORK,...",
+    p.add_argument("--ops", type=csv_list, help="task names or operator families, comma-separated")
+    p.add_argument("--network", type=csv_list, help="networks, comma-separated (resnet18, ...)")
+    p.add_argument("--kernels-of", type=csv_list, default=None, metavar="NETWORK,...",
                    help="collect the fused kernels TVM runs for these networks (resnet18, ...) "
                         "instead of catalog operators; the database then also serves as a "
                         "tuning database for them (`cdmpp e2e --tuning-db`)")
-    p.add_argument("--batches", type=_csv, default=("1",), metavar="B,...",
+    p.add_argument("--batches", type=csv_list, default=("1",), metavar="B,...",
                    help="batch sizes of --kernels-of (default: 1)")
     p.add_argument("--programs-per-task", type=int, default=32, metavar="N")
     p.add_argument("--passes", type=int, default=None, metavar="P",

@@ -34,13 +34,9 @@ def add_parser(subparsers) -> None:
 
 
 def _store(args):
-    from cdmpp.features.build import build_store
-    from cdmpp.features.store import FeatureStore
-    from cdmpp.predict import default_store_dir
+    from cdmpp.features.build import open_store
 
-    path = Path(args.store) if args.store else default_store_dir()
-    print(build_store(args.data, path, workers=args.workers), file=sys.stderr)
-    return FeatureStore(path)
+    return open_store(args.data, args.store, workers=args.workers)
 
 
 def _train_config(args):

@@ -34,6 +34,12 @@ class ProgramSet:
                           None if self.device is None else self.device[rows],
                           None if self.task is None else tuple(self.task[i] for i in rows))
 
+    def with_device(self, vector) -> "ProgramSet":
+        """The same programs, all on the device `vector` (None: no device vectors)."""
+        tiled = None if vector is None else np.tile(np.asarray(vector, dtype=np.float32),
+                                                    (len(self), 1))
+        return ProgramSet(self.leaf_features, self.leaf_pos, tiled, self.task)
+
     @property
     def n_features(self) -> int:
         return int(self.leaf_features[0].shape[1]) if len(self) else 0

@@ -114,21 +114,33 @@ def add_shard(out: Path, asts: dict) -> int:
     return len(keys)
 
 
-def _record_devices(out: Path, db_paths) -> None:
+def _record_devices(out: Path, databases) -> None:
     """Keep each database's device.json in the store (DEVICES_FILE, by device id), so device
     vectors can be read back without the databases."""
     from cdmpp.atomic import write_text_atomic
 
     path = out / DEVICES_FILE
     devices = json.loads(path.read_text()) if path.exists() else {}
-    for root in db_paths:
-        for db in find_databases(root):
-            device_file = Path(db) / "device.json"
-            if device_file.exists():
-                d = json.loads(device_file.read_text())
-                devices[d["device_id"]] = d
+    for db in databases:
+        device_file = Path(db) / "device.json"
+        if device_file.exists():
+            d = json.loads(device_file.read_text())
+            devices[d["device_id"]] = d
     if devices:
         write_text_atomic(path, json.dumps(devices, indent=1, sort_keys=True))
+
+
+def open_store(db_paths, store: str | Path | None = None, *,
+               workers: int | None = None) -> FeatureStore:
+    """The feature store at `store` (default: the shared one, `paths.default_store_dir()`)
+    after adding every record of `db_paths`; the build report goes to stderr."""
+    import sys
+
+    from cdmpp.paths import default_store_dir
+
+    path = Path(store) if store else default_store_dir()
+    print(build_store(db_paths, path, workers=workers), file=sys.stderr)
+    return FeatureStore(path)
 
 
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
@@ -144,9 +156,10 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
     out.mkdir(parents=True, exist_ok=True)
     store = FeatureStore(out)
     report = BuildReport()
-    rows, todo, pending = [], [], set()
+    rows, todo, pending, databases = [], [], set(), []
     for root in db_paths:
         for path in find_databases(root):
+            databases.append(path)
             report.databases += 1
             db = load_database(path, strict=False)
             for s in db.skipped:
@@ -181,7 +194,7 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
     tmp = out / f".{SAMPLES_FILE}.tmp"
     pq.write_table(table, tmp)
     os.replace(tmp, out / SAMPLES_FILE)
-    _record_devices(out, db_paths)
+    _record_devices(out, databases)
     if report.failures:
         write_text_atomic(out / FAILURES_FILE,
                           "".join(json.dumps(f) + "\n" for f in report.failures))

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cdmpp.device import claim_directory, local_device, save_device
+from cdmpp.device import Device, claim_directory, local_device, save_device
 from cdmpp.measure import tvm_codec
 from cdmpp.measure.build import build_guarded
 from cdmpp.measure.microbench import measure_device
@@ -95,6 +95,19 @@ def set_threads(threads: int) -> None:
         config(0, threads)  # 0: big-core affinity mode, `threads` workers
 
 
+def claim_measured_device(out, threads: int | None = None,
+                          mcpu: str | None = None) -> tuple[Device, bool]:
+    """(the device of output directory `out`, whether its figures were measured just now):
+    this machine with `threads` and `mcpu`, bound to `out` (another device is refused), with
+    its peak FLOP/s and bandwidth measured once and kept in `out/device.json`."""
+    device = claim_directory(out, local_device(threads, mcpu))
+    if device.peak_gflops:
+        return device, False
+    device = measure_device(device)  # first run here, or a device.json from before
+    save_device(out, device)  # same device_id: only the figures are added
+    return device, True
+
+
 class _Run:
     """State of one collection run over one output directory."""
 
@@ -104,10 +117,8 @@ class _Run:
         self.out = Path(config.out)
         self.programs_from = _programs_dir(config.programs_from)
         self.summary = CollectSummary()
-        self.device = claim_directory(self.out, local_device(config.threads, config.mcpu))
-        if not self.device.peak_gflops:  # first run here, or a device.json from before
-            self.device = measure_device(self.device)
-            save_device(self.out, self.device)  # same device_id: only the figures are added
+        self.device, measured = claim_measured_device(self.out, config.threads, config.mcpu)
+        if measured:
             self.summary.device_measured = {"peak_gflops": self.device.peak_gflops,
                                             "memory_gbps": self.device.memory_gbps}
         set_threads(self.device.threads)
