@@ -101,6 +101,14 @@ class Measurement:
             return None
         return (best[1] - best[0]) / best[0]
 
+    def clean_passes(self, ref_slow_rel: float) -> int | None:
+        """How many passes ran while the reference kernel was within `ref_slow_rel` of its best
+        (an undisturbed machine); None when no pass has a reference ratio (TVM's own records)."""
+        ratios = [p.ref_ratio for p in self.passes if p.ref_ratio is not None]
+        if not ratios:
+            return None
+        return sum(r <= 1 + ref_slow_rel for r in ratios)
+
     @property
     def pass_to_pass_rel(self) -> float | None:
         """|pass 1 - pass 2| / min of the two: the raw noise of one pass, before any choice."""

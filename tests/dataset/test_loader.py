@@ -48,3 +48,17 @@ def test_a_device_without_device_json_is_a_clear_error(fixture_dbs, tmp_path):
     samples = store.samples()
     with pytest.raises(ValueError, match="no device.json"):
         labeled(store, samples, np.arange(samples.num_rows), with_device=True)
+
+
+def test_work_sums_flops_and_bytes_back_from_slog():
+    from cdmpp.dataset.programs import ProgramSet
+    from cdmpp.features.matching import COL_ACCESS, N_LEAF_FEATURES
+
+    leaf = np.zeros((2, N_LEAF_FEATURES), dtype=np.float32)
+    leaf[0, 0] = np.log2(1 + 1000)  # 1000 float multiply-adds
+    leaf[1, 1] = np.log2(1 + 24)  # 24 float adds
+    leaf[1, COL_ACCESS + 3] = np.log2(1 + 4096)  # buffer 0 of leaf 1: 4096 bytes
+    leaf[1, COL_ACCESS + 18 + 3] = np.log2(1 + 512)  # buffer 1: 512 bytes
+    leaf[1, COL_ACCESS + 4] = 30.0  # unique bytes: not counted
+    programs = ProgramSet((leaf,), (np.array([0, 1]),))
+    np.testing.assert_allclose(programs.work(), [1 + 1000 + 24 + 4096 + 512], rtol=1e-5)

@@ -18,7 +18,7 @@ from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE, load_database
 from cdmpp.measure.timing import Protocol
 from conftest import MATMUL_64, ROOT, SOFTMAX_SMALL
 
-FAST = Protocol(repeat=2, min_repeat_ms=2, passes=2, max_extra_passes=1)
+FAST = Protocol(repeat=2, min_repeat_ms=2, passes=2, max_extra_passes=1, quiet_wait_s=2.0)
 
 
 def _config(out, **kw) -> CollectConfig:
@@ -168,3 +168,44 @@ def test_unknown_mcpu_is_refused_before_anything_is_written(tmp_path):
         collect(replace(_config(tmp_path / "out"), mcpu="no-such-cpu"), [MATMUL_64],
                 progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def _simulate_disturbed_window(out, factor: float = 3.0) -> list:
+    """Rewrite every record as if timed while the machine ran `factor` slow: labels `factor`
+    too high, and the reference kernel as slow in every pass. Returns the doctored entries."""
+    records = (out / RECORD_FILE).read_text().splitlines()
+    entries = [json.loads(e) for e in (out / SIDECAR_FILE).read_text().splitlines()]
+    for i, entry in enumerate(entries):
+        entry["run_secs"] = [factor * v for v in entry["run_secs"]]
+        entry["ref_ratios"] = [factor] * len(entry["ref_ratios"])
+        record = json.loads(records[i])
+        record[1][1] = entry["run_secs"]
+        records[i] = json.dumps(record)
+    (out / RECORD_FILE).write_text("".join(r + "\n" for r in records))
+    (out / SIDECAR_FILE).write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return entries
+
+
+def test_remeasure_disturbed_appends_passes_in_place(tmp_path, no_microbench):
+    from cdmpp.measure.remeasure import remeasure_disturbed
+
+    config = replace(_config(tmp_path), programs_per_task=2)
+    collect(config, [MATMUL_64], progress=False)
+    before = _simulate_disturbed_window(tmp_path)
+    summary = remeasure_disturbed(config, [MATMUL_64], progress=False)
+    assert summary.disturbed == summary.remeasured == len(before) > 0
+    after = load_database(tmp_path).records
+    assert [r.meta["key"] for r in after] == [e["key"] for e in before]  # same indices
+    for old, new in zip(before, after):
+        run_secs = new.measurement.run_secs
+        assert list(run_secs[:len(old["run_secs"])]) == old["run_secs"]  # nothing dropped
+        assert len(run_secs) > len(old["run_secs"]) and new.latency_s < min(old["run_secs"])
+        assert new.meta["remeasured"][0]["previous_latency_s"] == min(old["run_secs"])
+    from cdmpp.tvm_env import meta_schedule
+
+    tvm_db = meta_schedule().database.JSONDatabase(work_dir=str(tmp_path))
+    assert len(tvm_db.get_all_tuning_records()) == len(after)
+    again = remeasure_disturbed(config, [MATMUL_64], progress=False)
+    assert again.disturbed == summary.remeasured - summary.now_clean
+    runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert runs[-1]["remeasure_disturbed"]["remeasured"] == again.remeasured

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE, WORKLOAD_FILE
 from cdmpp.measure.store import FAILURE_FILE, RecordStore
 
@@ -62,3 +64,35 @@ def test_journal_entry_without_rebuild_is_dropped(tmp_path):
     again = RecordStore(tmp_path)
     assert again.n_records == 0 and again.done_keys == set()
     assert (tmp_path / SIDECAR_FILE).read_text() == ""
+
+
+def test_replace_records_keeps_indices_and_the_journal_aligned(tmp_path):
+    store = RecordStore(tmp_path)
+    store.workload_index(WORKLOAD)
+    for i in range(3):
+        store.append(_line([0.1 * (i + 1)]), {"key": f"t/{i}", "run_secs": [0.1 * (i + 1)]})
+    store.replace_records({1: (_line([0.2, 0.15]), {"key": "t/1", "run_secs": [0.2, 0.15]})})
+    records = [json.loads(r) for r in (tmp_path / RECORD_FILE).read_text().splitlines()]
+    assert [r[1][1] for r in records] == [[0.1], [0.2, 0.15], [0.30000000000000004]]
+    again = RecordStore(tmp_path)
+    assert [e["record_index"] for e in again.journal] == [0, 1, 2]
+    assert again.journal[1]["run_secs"] == [0.2, 0.15] and again.n_records == 3
+    with pytest.raises(IndexError, match="record 7"):
+        again.replace_records({7: (_line([1.0]), {"key": "t/7"})})
+
+
+def test_another_process_is_refused_while_a_store_is_open(tmp_path):
+    import subprocess
+    import sys
+
+    store = RecordStore(tmp_path)
+    code = ("import sys; from cdmpp.measure.store import RecordStore\n"
+            "try:\n    RecordStore(sys.argv[1])\nexcept RuntimeError as e:\n"
+            "    print(e); sys.exit(3)\n")
+    busy = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True)
+    assert busy.returncode == 3 and "in use by another cdmpp process" in busy.stdout
+    store.close()
+    free = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True)
+    assert free.returncode == 0, free.stdout + free.stderr

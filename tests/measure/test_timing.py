@@ -64,3 +64,25 @@ def test_interleaved_passes_on_real_programs():
         assert len(m.passes) == 3 and len(m.run_secs) == 6
         assert all(p.ref_ratio >= 1.0 for p in m.passes)
         assert m.latency_s == min(m.run_secs) > 0
+
+
+def test_clean_passes_counts_undisturbed_passes():
+    from cdmpp.types import Measurement
+
+    m = Measurement.from_run_secs([1.0, 1.1, 3.0, 3.1], 2, [1.05, 2.5])
+    assert m.clean_passes(0.10) == 1 and m.clean_passes(2.0) == 2
+    assert Measurement.from_run_secs([1.0, 1.1], 2).clean_passes(0.10) is None
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 5.0])
+def test_timer_waits_while_the_reference_kernel_is_slow(monkeypatch, wait_s):
+    from cdmpp.device import local_device
+
+    timer = Timer(Protocol(quiet_wait_s=wait_s), local_device().target)
+    ratios = iter([3.0, 2.0, 1.02])
+    monkeypatch.setattr(timer, "ref_ratio", lambda: next(ratios))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    waited = timer.wait_for_quiet()
+    assert waited >= 0 and timer.waited_s == waited
+    # waiting: the burst (3.0, 2.0) is sat out; not waiting: the reference is not even timed
+    assert next(ratios, None) is (None if wait_s else 3.0)

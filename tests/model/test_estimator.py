@@ -165,3 +165,27 @@ def test_fine_tune_head_only_keeps_the_program_encoder(fitted, slice_data):
         assert all(p.requires_grad for p in model.net_.parameters())
     with pytest.raises(ValueError, match="layers"):
         fitted.fine_tune(train.programs, train.latency_s, layers="encoder")
+
+
+@pytest.mark.parametrize("target", ["per_work", "latency"])
+def test_each_target_learns_and_persists(slice_data, tmp_path, target):
+    from dataclasses import replace
+
+    train, test = slice_data
+    model = CDMPPRegressor(replace(TINY, target=target), FAST).fit(train.programs,
+                                                                   train.latency_s)
+    mean_guess = np.full(len(test.latency_s), np.exp(np.mean(np.log(train.latency_s))))
+    assert rmse_log(test.latency_s, model.predict(test.programs)) < \
+        rmse_log(test.latency_s, mean_guess)
+    model.save(tmp_path / "m")
+    again = CDMPPRegressor.load(tmp_path / "m")
+    assert again.model_config_.target == target
+    np.testing.assert_array_equal(again.predict(test.programs), model.predict(test.programs))
+
+
+def test_unknown_target_is_refused(slice_data):
+    from dataclasses import replace
+
+    train, _ = slice_data
+    with pytest.raises(ValueError, match="unknown ModelConfig.target"):
+        CDMPPRegressor(replace(TINY, target="speed"), FAST).fit(train.programs, train.latency_s)

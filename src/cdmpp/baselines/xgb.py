@@ -1,4 +1,4 @@
-"""XGBoost on TenSet-style program vectors, fitted on log latency.
+"""XGBoost on TenSet-style program vectors, fitted on log latency (or log latency per work).
 
 Saved as a directory: `model.json` (XGBoost's own JSON model format) and `params.json`
 (constructor arguments + what `fit` learned about the inputs).
@@ -32,7 +32,7 @@ class XGBBaseline(BaselineMixin):
     def __init__(self, n_estimators: int = 400, max_depth: int = 6, learning_rate: float = 0.1,
                  min_child_weight: float = 1.0, subsample: float = 0.8,
                  colsample_bytree: float = 0.8, nthread: int | None = None, seed: int = 0,
-                 early_stopping_rounds: int | None = None):
+                 early_stopping_rounds: int | None = None, per_work: bool = False):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -42,6 +42,7 @@ class XGBBaseline(BaselineMixin):
         self.nthread = nthread
         self.seed = seed
         self.early_stopping_rounds = early_stopping_rounds
+        self.per_work = per_work  # fit ln(latency / work) (`ProgramSet.work`) instead
 
     def _booster_params(self) -> dict:
         params = {"objective": "reg:squarederror", "tree_method": "hist",
@@ -61,12 +62,13 @@ class XGBBaseline(BaselineMixin):
         if self.early_stopping_rounds and eval_set is None:
             raise ValueError("early_stopping_rounds needs an eval_set=(programs, y)")
         x = self._remember_inputs(programs)
-        train = xgb.DMatrix(x, label=np.log(y), nthread=self.nthread or -1)
+        train = xgb.DMatrix(x, label=self._log_target(programs, y), nthread=self.nthread or -1)
         evals = []
         if eval_set is not None:
             ex = self._inputs(eval_set[0])
             ey = check_latency(eval_set[1], len(eval_set[0]))
-            evals = [(xgb.DMatrix(ex, label=np.log(ey), nthread=self.nthread or -1), "eval")]
+            evals = [(xgb.DMatrix(ex, label=self._log_target(eval_set[0], ey),
+                                  nthread=self.nthread or -1), "eval")]
         self.evals_result_ = {}
         self.booster_ = xgb.train(self._booster_params(), train,
                                   num_boost_round=self.n_estimators, evals=evals,
@@ -77,6 +79,12 @@ class XGBBaseline(BaselineMixin):
                                    if self.early_stopping_rounds else self.n_estimators - 1)
         return self
 
+    def _log_scale(self, programs):
+        return np.log(programs.work()) if self.per_work else 0.0
+
+    def _log_target(self, programs, y) -> np.ndarray:
+        return np.log(y) - self._log_scale(programs)
+
     def predict(self, programs) -> np.ndarray:
         """Latency in seconds, float64 (n,)."""
         import xgboost as xgb
@@ -85,7 +93,7 @@ class XGBBaseline(BaselineMixin):
         x = self._inputs(programs)
         log_s = self.booster_.predict(xgb.DMatrix(x, nthread=self.nthread or -1),
                                       iteration_range=(0, self.best_iteration_ + 1))
-        return np.exp(log_s.astype(np.float64))
+        return np.exp(log_s.astype(np.float64) + self._log_scale(programs))
 
     def save(self, path) -> Path:
         """Write the directory `path` (model.json + params.json); returns it."""

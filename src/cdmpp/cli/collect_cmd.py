@@ -38,6 +38,11 @@ def add_parser(subparsers) -> None:
                         "none yet, so this device times exactly the same sampled programs: "
                         "cross-device comparisons are then fair (same programs, only the "
                         "device differs). Missing ones are still sampled here")
+    p.add_argument("--remeasure-disturbed", action="store_true",
+                   help="sample nothing new: time again the records of --out whose every pass "
+                        "ran while the reference kernel said the machine was disturbed (their "
+                        "labels are too high); new passes are appended in place, same record "
+                        "index, nothing is dropped")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop cleanly after this many minutes (resume later)")
     p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
@@ -98,6 +103,11 @@ def run(args) -> int:
                            build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol,
                            mcpu=args.mcpu, programs_from=args.programs_from)
     command = shlex.join(["cdmpp"] + sys.argv[1:])
+    if args.remeasure_disturbed:
+        from cdmpp.measure.remeasure import remeasure_disturbed
+
+        print(remeasure_disturbed(config, tasks, progress=not args.no_progress, command=command))
+        return 0
     summary = collect(config, tasks, progress=not args.no_progress, command=command)
     print(summary)
     return 0

@@ -14,6 +14,7 @@ class LabeledPrograms:
     programs: ProgramSet
     latency_s: np.ndarray  # (n,) labels
     noise_rel: np.ndarray  # (n,) label noise of each record (NaN when unknown)
+    clean_passes: np.ndarray  # (n,) passes on an undisturbed machine (NaN when unknown)
     rows: np.ndarray  # (n,) row numbers in the samples table
 
 
@@ -51,8 +52,11 @@ def labeled(store, samples, rows, with_device: bool = False) -> LabeledPrograms:
     rows = np.asarray(rows, dtype=np.int64)
     latency = np.asarray(samples.column("latency_s").to_numpy())[rows]
     noise = np.asarray(samples.column("noise_rel").to_numpy(zero_copy_only=False))[rows]
+    clean = (np.asarray(samples.column("clean_passes").to_numpy(zero_copy_only=False),
+                        dtype=float)[rows]
+             if "clean_passes" in samples.column_names else np.full(len(rows), np.nan))
     return LabeledPrograms(programs_for_rows(store, samples, rows, with_device), latency, noise,
-                           rows)
+                           clean, rows)
 
 
 def split_data(store, split) -> tuple[LabeledPrograms, LabeledPrograms]:

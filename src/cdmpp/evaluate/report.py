@@ -62,7 +62,11 @@ def comparison_table(results: dict[str, dict], noise_floor: dict) -> str:
         return "  ".join([first] + rest).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), rule] + [line(r) for r in rows[:-1]] + [rule, line(rows[-1])])
+    lines = [line(header), rule] + [line(r) for r in rows[:-1]] + [rule, line(rows[-1])]
+    if noise_floor.get("disturbed"):
+        lines.append(f"{noise_floor['disturbed']} test labels were timed with no pass on an "
+                     "undisturbed machine (likely too high): `cdmpp collect --remeasure-disturbed`")
+    return "\n".join(lines)
 
 
 def _figure(**kwargs):

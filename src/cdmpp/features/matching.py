@@ -19,9 +19,10 @@ import numpy as np
 N_LEAF_FEATURES = 164
 
 # Column layout of the 164-dim vector (TVM's PerStoreFeature, buffers_per_store=5, 10 samples)
+COL_FLOAT_OPS = range(0, 7)  # float mad, add/sub, mul, div/mod, cmp, math and other calls
 COL_VEC, COL_UNROLL, COL_PARALLEL = 16, 27, 38  # each: num, prod, len, then 8 one-hot positions
 COL_IS_GPU = 49
-COL_ACCESS = 57  # 5 buffers x 18 access features
+COL_ACCESS = 57  # 5 buffers x 18 access features (access type one-hot x3, then bytes, ...)
 COL_CURVE = 147  # 10 arithmetic-intensity curve points
 COL_ALLOC = 157  # alloc_size (bytes), alloc_prod, alloc_outer_prod, alloc_inner_prod
 COL_OUTER_PROD, COL_NUM_LOOPS, COL_AUTO_UNROLL = 161, 162, 163

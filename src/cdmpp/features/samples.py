@@ -18,6 +18,9 @@ SCHEMA_FIELDS = (
     ("latency_s", "float64"),
     ("noise_rel", "float64"),  # gap of the two best passes (NaN with one pass)
     ("pass_to_pass_rel", "float64"),  # first vs second pass (NaN with one pass)
+    # passes timed on an undisturbed machine (by the reference kernel); NaN when not recorded.
+    # 0: the label is likely too high (`cdmpp collect --remeasure-disturbed`)
+    ("clean_passes", "float64"),
 )
 
 
@@ -65,6 +68,9 @@ def task_info(record, tasks_json: dict) -> tuple[str, str, str]:
 
 def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
     """The record's row; label and noise are NaN when it has no valid timing."""
+    from cdmpp.measure.timing import Protocol
+
+    ref_slow_rel = Protocol.ref_slow_rel  # the collector's threshold for a disturbed pass
     task, op, networks = task_info(record, tasks_json)
     m = record.measurement
 
@@ -75,4 +81,6 @@ def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
     return {"key": key, "db": record.db, "record_index": record.record_index,
             "device_id": device_id, "task": task, "op": op, "networks": networks,
             "workload_shash": record.workload.shash, "latency_s": number("latency_s"),
-            "noise_rel": number("noise_rel"), "pass_to_pass_rel": number("pass_to_pass_rel")}
+            "noise_rel": number("noise_rel"), "pass_to_pass_rel": number("pass_to_pass_rel"),
+            "clean_passes": float("nan") if m is None or m.clean_passes(ref_slow_rel) is None
+            else float(m.clean_passes(ref_slow_rel))}

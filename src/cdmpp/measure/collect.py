@@ -66,6 +66,8 @@ class CollectSummary:
     stopped_by_budget: bool = False
     noise: NoiseFloor | None = None
     device_measured: dict | None = None  # {"peak_gflops", "memory_gbps"} if measured this run
+    disturbed: int = 0  # records with no pass on an undisturbed machine (labels likely too high)
+    waited_s: float = 0.0  # spent waiting for the machine to be quiet
     measurements: list = field(default_factory=list, repr=False)
 
     @property
@@ -77,6 +79,12 @@ class CollectSummary:
                  f"already done; {self.seconds:.0f} s, {self.programs_per_hour:.0f} programs/hour"]
         if self.stopped_by_budget:
             lines.append("stopped at the time budget: run the same command again to resume")
+        if self.waited_s >= 1:
+            lines.append(f"waited {self.waited_s:.0f} s for the machine to be quiet")
+        if self.disturbed:
+            lines.append(f"{self.disturbed} records got no pass on an undisturbed machine: their "
+                         "labels are likely too high; time them again later with "
+                         "--remeasure-disturbed")
         if self.noise is not None:
             lines.append(str(self.noise))
         if self.device_measured is not None:
@@ -228,6 +236,7 @@ class _Run:
                  "build_secs": round(build_secs, 3)}
         self.store.append(self.record_line(task, cand, m.run_secs), entry)
         self.summary.ok += 1
+        self.summary.disturbed += m.clean_passes(self.config.protocol.ref_slow_rel) == 0
         self.summary.measurements.append(m)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -265,6 +274,7 @@ class _Run:
                 break
         progress.close()
         self.summary.seconds = time.monotonic() - start
+        self.summary.waited_s = self.timer.waited_s if self.timer else 0.0
         self.summary.noise = noise_floor(self.summary.measurements)
         return self.summary
 
@@ -283,28 +293,40 @@ def _programs_dir(programs_from: str | None) -> Path | None:
     return path
 
 
-def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
-                     started: str, tasks: list[Task], command: str | None) -> None:
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def append_manifest_run(out: Path, run: dict) -> None:
+    """Add one run (its command, times, settings and figures) to `out/manifest.json`."""
     path = out / MANIFEST_FILE
     manifest = json.loads(path.read_text()) if path.exists() else {"runs": []}
     manifest["catalog_version"] = CATALOG_VERSION
-    manifest["runs"].append({
+    manifest["runs"].append(dict(run, finished=now_iso()))
+    write_text_atomic(path, json.dumps(manifest, indent=1))
+
+
+def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
+                     started: str, tasks: list[Task], command: str | None) -> None:
+    append_manifest_run(out, {
         "command": command, "started": started,
-        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "tasks": [t.name for t in tasks], "config": asdict(config),
         "measured": summary.ok, "failed": summary.failed, "seconds": round(summary.seconds, 1),
         "stopped_by_budget": summary.stopped_by_budget,
         "noise_floor": summary.noise.to_json() if summary.noise else None,
         "device_measured": summary.device_measured,
+        "disturbed": summary.disturbed, "waited_s": round(summary.waited_s, 1),
     })
-    write_text_atomic(path, json.dumps(manifest, indent=1))
 
 
 def collect(config: CollectConfig, tasks: list[Task], *, progress: bool = True,
             command: str | None = None) -> CollectSummary:
     """Measure `config.programs_per_task` sampled programs (+ the default) of each task."""
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = now_iso()
     run = _Run(config, tasks)
-    summary = run.run(progress)
+    try:
+        summary = run.run(progress)
+    finally:
+        run.store.close()
     _append_manifest(Path(config.out), config, summary, started, tasks, command)
     return summary

@@ -56,12 +56,47 @@ def _append_line(path: Path, line: str) -> None:
         os.fsync(f.fileno())
 
 
+LOCK_FILE = ".cdmpp.lock"
+_HELD: dict[Path, list] = {}  # directory -> [lock file handle, stores of this process using it]
+
+
+def _lock(path: Path) -> Path:
+    """Lock the directory against other processes until every store of this process on it is
+    closed (the OS releases it if the process dies): two collectors appending to one database
+    would interleave their record indices."""
+    import fcntl
+
+    key = path.resolve()
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return key
+    handle = open(path / LOCK_FILE, "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RuntimeError(f"{path} is in use by another cdmpp process (collect or "
+                           "--remeasure-disturbed): wait for it to finish") from None
+    _HELD[key] = [handle, 1]
+    return key
+
+
+def _unlock(key: Path) -> None:
+    held = _HELD.get(key)
+    if held is not None:
+        held[1] -= 1
+        if held[1] == 0:
+            held[0].close()
+            del _HELD[key]
+
+
 class RecordStore:
     """The open output directory of a collection run."""
 
     def __init__(self, path: str | Path, rebuild_record: Callable[[dict], str] | None = None):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.path)
         self.repaired_bytes = sum(_repair_tail(self.path / name) for name in
                                   (WORKLOAD_FILE, RECORD_FILE, SIDECAR_FILE, FAILURE_FILE))
         self._workload_index = {json.loads(line)[0]: i for i, line in
@@ -116,3 +151,29 @@ class RecordStore:
     def append_failure(self, entry: dict) -> None:
         _append_line(self.path / FAILURE_FILE, json.dumps(entry, separators=_COMPACT))
         self.failures.append(entry)
+
+    def close(self) -> None:
+        """Release the directory (also released when the process ends, however it ends)."""
+        if self._lock is not None:
+            _unlock(self._lock)
+            self._lock = None
+
+    def replace_records(self, updates: dict[int, tuple[str, dict]]) -> None:
+        """Replace records in place, `{record_index: (record line, journal entry)}`: record
+        indices (a record's identity) do not move. Each file is rewritten whole (temp file +
+        rename), the records first: a crash in between leaves the journal's older entry, which
+        only makes `--remeasure-disturbed` time that record again."""
+        if not updates:
+            return
+        records = self._lines(RECORD_FILE)
+        for i, (line, entry) in updates.items():
+            if not 0 <= i < len(records):
+                raise IndexError(f"record {i} is not in {self.path / RECORD_FILE}")
+            if self.journal[i].get("record_index") != i:
+                raise ValueError(f"{self.path / SIDECAR_FILE}: entry {i} is for record "
+                                 f"{self.journal[i].get('record_index')}, not {i}")
+            records[i] = line
+            self.journal[i] = dict(entry, record_index=i)
+        write_text_atomic(self.path / RECORD_FILE, "".join(r + "\n" for r in records))
+        write_text_atomic(self.path / SIDECAR_FILE, "".join(
+            json.dumps(e, separators=_COMPACT) + "\n" for e in self.journal))

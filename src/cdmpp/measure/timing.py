@@ -6,12 +6,18 @@ Interference on shared VMs comes in bursts that slow everything for seconds. So:
 - a small fixed reference kernel is timed just before each program; its slowdown against its
   best time in this run tells whether the machine was disturbed during that pass;
 - a program whose two best passes disagree by more than `tolerance_rel`, or that has fewer
-  than two undisturbed passes, gets extra passes (up to `max_extra_passes`).
+  than two undisturbed passes, gets extra passes (up to `max_extra_passes`);
+- before each pass, while the reference kernel runs more than `wait_slow_rel` slower than its
+  best (measured here: bursts where it ran 2-11x slow, and the programs timed then got labels
+  up to several times too high, with passes that agree with each other), the timer waits, up to
+  `quiet_wait_s`, for the burst to pass. Records that still got no undisturbed pass are
+  re-timed later with `cdmpp collect --remeasure-disturbed`.
 The label is the minimum over all repeats of all passes (see types.Measurement).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
@@ -33,6 +39,8 @@ class Protocol:
     tolerance_rel: float = 0.03  # two best passes further apart than this: measure again
     ref_slow_rel: float = 0.10  # reference kernel this much slower than its best: pass disturbed
     flush_cache: bool = False  # flush CPU caches before each run (TVM's cache_flush_cpu_non_first_arg)
+    wait_slow_rel: float = 0.5  # reference kernel this much slower: wait before the pass ...
+    quiet_wait_s: float = 20.0  # ... for at most this long (0: never wait)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -84,6 +92,7 @@ class Timer:
                                            min_repeat_ms=5)
         self._ref_args = random_args(ref_args, self.device)
         self.ref_best_s = min(self._time_ref() for _ in range(5))
+        self.waited_s = 0.0  # time spent waiting for a quiet machine
 
     def _time_ref(self) -> float:
         return float(self._ref(*self._ref_args).results[0])
@@ -92,6 +101,20 @@ class Timer:
         now = self._time_ref()
         self.ref_best_s = min(self.ref_best_s, now)
         return now / self.ref_best_s
+
+    def wait_for_quiet(self) -> float:
+        """Wait (at most `quiet_wait_s`) while the reference kernel says the machine is far
+        slower than its best; return the seconds waited."""
+        p = self.protocol
+        if p.quiet_wait_s <= 0:
+            return 0.0
+        start = time.monotonic()
+        while (self.ref_ratio() > 1 + p.wait_slow_rel
+               and time.monotonic() - start < p.quiet_wait_s):
+            time.sleep(0.25)
+        waited = time.monotonic() - start
+        self.waited_s += waited
+        return waited
 
     def evaluator(self, rt_mod) -> Callable:
         p = self.protocol
@@ -124,6 +147,7 @@ class Timer:
         errors: dict[str, Exception] = {}
 
         def run(keys):
+            self.wait_for_quiet()
             for key in keys:
                 if key in errors:
                     continue

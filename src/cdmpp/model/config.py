@@ -17,6 +17,10 @@ class ModelConfig:
     max_position: int = 1024  # largest leaf position the sinusoidal encoding is built for
     device_embed: int = 32
     head_hidden: tuple = (128, 64)
+    # what the head predicts: "per_work": latency / the program's work (FLOPs + bytes,
+    # `ProgramSet.work`), multiplied back at prediction; or "latency". per_work was better on
+    # every metric on both splits (docs/model.md)
+    target: str = "per_work"
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -29,6 +33,7 @@ class ModelConfig:
         d = {k: v for k, v in d.items() if k in known}
         if "head_hidden" in d:
             d["head_hidden"] = tuple(d["head_hidden"])
+        d.setdefault("target", "latency")  # saved before the field existed: latency
         return cls(**d)
 
 

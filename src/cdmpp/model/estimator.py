@@ -76,9 +76,19 @@ class CDMPPRegressor:
             raise ValueError(f"programs have {programs.n_features} leaf features, the model "
                              f"takes {self.model_config_.n_features}")
         feats = [self.normalizer_.transform_features(f) for f in programs.leaf_features]
-        target = None if latency_s is None else self.normalizer_.transform_target(latency_s)
+        target = (None if latency_s is None else
+                  self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
         return TrainData(feats, [np.asarray(p) for p in programs.leaf_pos], target,
                          self._device_matrix(programs))
+
+    def _scale(self, programs: ProgramSet):
+        """What the head's prediction is multiplied by to give latency (ModelConfig.target)."""
+        target = self.model_config_.target
+        if target == "per_work":
+            return programs.work()
+        if target != "latency":
+            raise ValueError(f"unknown ModelConfig.target {target!r}: 'latency' or 'per_work'")
+        return 1.0
 
     # -- estimator API -------------------------------------------------------------------------
     @staticmethod
@@ -112,9 +122,10 @@ class CDMPPRegressor:
         n = self.normalizer_
         loss_fn = make_loss(tc.loss, tc.mape_weight, (n.boxcox_lambda_, n.target_mean_,
                                                       n.target_std_))
+        val_scale = self._scale(val_set)
         self.history_ = train_network(
             self.net_, self._data(fit_set, y_fit), self._data(val_set, y_val), tc, loss_fn,
-            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z)),
+            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z) * val_scale),
             checkpoint_dir=self.checkpoint_dir, progress=self.progress,
             unlabeled=None if unlabeled is None else self._data(unlabeled),
             keep_initial=keep_initial)
@@ -135,13 +146,14 @@ class CDMPPRegressor:
             torch.set_num_threads(tc.threads)
         fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc)
 
-        self.normalizer_ = Normalizer().fit(np.concatenate(fit_set.leaf_features), y_fit)
         device_dim = 0 if programs.device is None else int(np.asarray(programs.device).shape[1])
+        self.model_config_ = replace(self.model_config or ModelConfig(),
+                                     n_features=programs.n_features, device_dim=device_dim)
+        self.normalizer_ = Normalizer().fit(np.concatenate(fit_set.leaf_features),
+                                            y_fit / self._scale(fit_set))
         if device_dim:
             dev = np.asarray(fit_set.device, dtype=np.float64)
             self.device_min_, self.device_max_ = dev.min(0), dev.max(0)
-        self.model_config_ = replace(self.model_config or ModelConfig(),
-                                     n_features=programs.n_features, device_dim=device_dim)
         torch.manual_seed(tc.seed)
         self.net_ = CDMPPNet(self.model_config_)
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled)
@@ -188,7 +200,7 @@ class CDMPPRegressor:
         if not len(programs):
             return np.zeros(0)
         z = predict_network(self.net_, self._data(programs))
-        return self.normalizer_.inverse_target(z)
+        return self.normalizer_.inverse_target(z) * self._scale(programs)
 
     def score(self, programs: ProgramSet, y) -> float:
         """-MAPE (higher is better, sklearn's convention)."""

@@ -115,6 +115,12 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
     return out
 
 
+def load_candidates(path: Path, data: dict | None = None) -> list[Candidate]:
+    """The programs persisted in `path` (candidates/<task>.json), sampling nothing."""
+    data = json.loads(Path(path).read_text()) if data is None else data
+    return [Candidate.from_json(c) for c in data["candidates"]]
+
+
 def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
                    seed: int = 0) -> list[Candidate]:
     """The default program and `n` sampled programs of a task.
@@ -125,7 +131,7 @@ def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
     existing: list[Candidate] = []
     if path.exists():
         data = json.loads(path.read_text())
-        existing = [Candidate.from_json(c) for c in data["candidates"]]
+        existing = load_candidates(path, data)
         if len(existing) - 1 >= n or data.get("exhausted_at", -1) >= n:
             return existing[:n + 1]
     candidates = sample_programs(workload_mod, target, n, task=task, seed=seed + len(existing),
