@@ -48,3 +48,21 @@ def test_features_then_split(fixture_dbs, tmp_path, capsys):
     assert "8 train, 4 test" in out
     assert (store / "splits" / "by-network-resnet18.json").exists()
     assert (store / "splits" / "by-network-resnet18.norm.npz").exists()
+
+
+def test_db_counts_records_with_no_undisturbed_pass(dense_db, capsys):
+    import json
+
+    records = (dense_db / "database_tuning_record.json").read_text().splitlines()
+    entries = []
+    for i, line in enumerate(records):
+        run_secs = json.loads(line)[1][1]
+        slow = 3.0 if i == 0 else 1.0  # record 0 timed while the machine was disturbed
+        entries.append({"key": f"r/{i}", "run_secs": run_secs, "repeats_per_pass": 1,
+                        "ref_ratios": [slow] * len(run_secs), "record_index": i})
+    (dense_db / "cdmpp_measurements.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in entries))
+    assert main(["db", str(dense_db)]) == 0
+    out = capsys.readouterr().out
+    assert f"1 of {len(entries)} records with reference-kernel timings have no pass" in out
+    assert "--remeasure-disturbed" in out

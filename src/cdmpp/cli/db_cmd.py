@@ -13,6 +13,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from cdmpp.measure.database import find_databases, load_database
     from cdmpp.measure.noise import noise_floor
+    from cdmpp.measure.timing import Protocol
 
     total, measurements, skipped = 0, [], 0
     for root in args.paths:
@@ -27,4 +28,13 @@ def run(args) -> int:
                 print(f"  skipped {line}")
     print(f"total: {total} records, {skipped} bad lines skipped")
     print(noise_floor(measurements))
+    rel = Protocol.ref_slow_rel
+    clean = [m.clean_passes(rel) for m in measurements]
+    known = [c for c in clean if c is not None]
+    if known:
+        disturbed = sum(c == 0 for c in known)
+        print(f"{disturbed} of {len(known)} records with reference-kernel timings have no pass "
+              f"on an undisturbed machine (reference within {100 * rel:.0f}% of its best)"
+              + ("; re-time them: cdmpp collect --out DIR --remeasure-disturbed"
+                 if disturbed else ""))
     return 0
