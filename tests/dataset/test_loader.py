@@ -62,3 +62,15 @@ def test_work_sums_flops_and_bytes_back_from_slog():
     leaf[1, COL_ACCESS + 4] = 30.0  # unique bytes: not counted
     programs = ProgramSet((leaf,), (np.array([0, 1]),))
     np.testing.assert_allclose(programs.work(), [1 + 1000 + 24 + 4096 + 512], rtol=1e-5)
+
+
+def test_work_of_several_programs_matches_one_at_a_time():
+    from cdmpp.dataset.programs import ProgramSet
+
+    rng = np.random.default_rng(0)
+    leaves = [rng.uniform(0, 12, size=(n, 164)).astype(np.float32) for n in (3, 1, 0, 5, 2, 0)]
+    programs = ProgramSet(tuple(leaves), tuple(np.arange(len(f)) for f in leaves))
+    together = programs.work()
+    alone = [ProgramSet((f,), (np.arange(len(f)),)).work()[0] for f in leaves]
+    np.testing.assert_allclose(together, alone)
+    assert ProgramSet((), ()).work().shape == (0,)

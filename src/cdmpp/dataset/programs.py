@@ -68,13 +68,13 @@ class ProgramSet:
         `ModelConfig.target="per_work"` predicts."""
         from cdmpp.features.matching import COL_ACCESS, COL_FLOAT_OPS
 
-        out = np.ones(len(self), dtype=np.float64)
-        bytes_cols = [COL_ACCESS + 18 * k + 3 for k in range(5)]
-        for i, f in enumerate(self.leaf_features):
-            counts = np.exp2(np.clip(np.asarray(f, dtype=np.float64)[:, list(COL_FLOAT_OPS) +
-                                                                      bytes_cols], 0, 100)) - 1
-            out[i] += counts.sum()
-        return out
+        if not len(self):
+            return np.ones(0)
+        cols = list(COL_FLOAT_OPS) + [COL_ACCESS + 18 * k + 3 for k in range(5)]  # + bytes
+        leaves = np.concatenate([np.asarray(f)[:, cols] for f in self.leaf_features])
+        per_leaf = (np.exp2(np.clip(leaves.astype(np.float64), 0, 100)) - 1).sum(axis=1)
+        owner = np.repeat(np.arange(len(self)), [len(f) for f in self.leaf_features])
+        return 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
 
     def summed(self) -> np.ndarray:
         """TenSet-style program vector: per-store features summed over the leaves, plus the
