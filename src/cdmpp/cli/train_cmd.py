@@ -28,7 +28,8 @@ def add_parser(subparsers) -> None:
     _common(e)
     e.add_argument("--split", required=True,
                    help="random | by-task | by-network:NAME,... | by-device:ID,...")
-    e.add_argument("--models", default="cdmpp,xgb,mlp")
+    e.add_argument("--models", default="cdmpp,xgb,mlp",
+                   help="comma-separated: cdmpp, xgb, xgb-work (XGBoost on latency per work), mlp")
     e.add_argument("--report-dir", default="cdmpp-eval", help="PNG plots + markdown report here")
     e.set_defaults(run=run_eval)
 
