@@ -74,13 +74,14 @@ def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
     task, op, networks = task_info(record, tasks_json)
     m = record.measurement
 
+    def number_or_nan(value) -> float:
+        return float("nan") if value is None else float(value)
+
     def number(name: str) -> float:
-        value = None if m is None else getattr(m, name)
-        return float("nan") if value is None else value
+        return number_or_nan(None if m is None else getattr(m, name))
 
     return {"key": key, "db": record.db, "record_index": record.record_index,
             "device_id": device_id, "task": task, "op": op, "networks": networks,
             "workload_shash": record.workload.shash, "latency_s": number("latency_s"),
             "noise_rel": number("noise_rel"), "pass_to_pass_rel": number("pass_to_pass_rel"),
-            "clean_passes": float("nan") if m is None or m.clean_passes(ref_slow_rel) is None
-            else float(m.clean_passes(ref_slow_rel))}
+            "clean_passes": number_or_nan(None if m is None else m.clean_passes(ref_slow_rel))}

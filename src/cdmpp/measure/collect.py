@@ -166,7 +166,7 @@ class _Run:
         return self._candidates[task.name]
 
     def _task_of(self, key: str) -> Task:
-        name = key.rsplit("/", 1)[0]
+        name = task_of_key(key)
         return next(t for t in self.tasks if t.name == name)
 
     def record_line(self, task: Task, cand: Candidate, run_secs) -> str:
@@ -250,7 +250,7 @@ class _Run:
         start = self.start = time.monotonic()
         done = self.store.done_keys
         total = len(self.tasks) * (self.config.programs_per_task + 1)
-        self.summary.already_done = sum(1 for k in done if self._task_name(k) in
+        self.summary.already_done = sum(1 for k in done if task_of_key(k) in
                                         {t.name for t in self.tasks})
         progress = tqdm(total=max(total - self.summary.already_done, 0), unit="prog",
                         disable=not progress_enabled, file=sys.stderr, smoothing=0.05)
@@ -278,9 +278,11 @@ class _Run:
         self.summary.noise = noise_floor(self.summary.measurements)
         return self.summary
 
-    @staticmethod
-    def _task_name(key: str) -> str:
-        return key.rsplit("/", 1)[0]
+
+
+def task_of_key(key: str) -> str:
+    """The task name of a program key ("<task>/<n>" or "<task>/default")."""
+    return key.rsplit("/", 1)[0]
 
 
 def _programs_dir(programs_from: str | None) -> Path | None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.measure.build import build_guarded
-from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, now_iso
+from cdmpp.measure.collect import (CollectConfig, _Run, append_manifest_run, now_iso,
+                                   task_of_key)
 from cdmpp.measure.timing import Timer, random_args
 from cdmpp.programs.sampling import load_candidates
 from cdmpp.types import Measurement
@@ -101,7 +102,7 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
     protocol = config.protocol
     by_name = {t.name: t for t in tasks}
     todo = [e for e in run.store.journal
-            if run._task_name(e["key"]) in by_name and is_disturbed(e, protocol.ref_slow_rel)]
+            if task_of_key(e["key"]) in by_name and is_disturbed(e, protocol.ref_slow_rel)]
     # the worst first: a time budget then cuts off the mildest
     todo.sort(key=lambda e: -min(e["ref_ratios"]))
     summary = RemeasureSummary(disturbed=len(todo))
@@ -115,7 +116,7 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
             break
         built = []
         for entry in todo[i:i + config.batch_size]:
-            task = by_name[run._task_name(entry["key"])]
+            task = by_name[task_of_key(entry["key"])]
             if task.name not in programs:
                 path = run.out / "candidates" / f"{task.name}.json"
                 programs[task.name] = ({c.key: c for c in load_candidates(path)}
