@@ -96,3 +96,25 @@ def test_another_process_is_refused_while_a_store_is_open(tmp_path):
     free = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                           text=True)
     assert free.returncode == 0, free.stdout + free.stderr
+
+
+def test_a_forked_child_does_not_keep_a_dead_collectors_lock(tmp_path):
+    """The collector forks build guards: when it is killed while one still runs, the next run
+    must get the directory (measured: with flock the child held it and resuming failed)."""
+    import subprocess
+    import sys
+
+    holder = ("import os, sys, time; from cdmpp.measure.store import RecordStore\n"
+              "RecordStore(sys.argv[1])\n"
+              "if os.fork() == 0:\n    time.sleep(20); os._exit(0)\n"
+              "os._exit(0)\n")
+    # no pipes: the sleeping child would keep them open, and run() would wait for it
+    subprocess.run([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=60, check=True)
+    # the holder is gone, its forked child sleeps on
+    code = ("import sys; from cdmpp.measure.store import RecordStore\n"
+            "try:\n    RecordStore(sys.argv[1])\nexcept RuntimeError as e:\n"
+            "    print(e); sys.exit(3)\n")
+    after = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                           text=True, timeout=60)
+    assert after.returncode == 0, after.stdout + after.stderr

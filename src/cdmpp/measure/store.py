@@ -63,7 +63,12 @@ _HELD: dict[Path, list] = {}  # directory -> [lock file handle, stores of this p
 def _lock(path: Path) -> Path:
     """Lock the directory against other processes until every store of this process on it is
     closed (the OS releases it if the process dies): two collectors appending to one database
-    would interleave their record indices."""
+    would interleave their record indices.
+
+    A POSIX record lock (`lockf`), not `flock`: forked children (the build guards) do not
+    inherit it, so a killed collector whose build child is still compiling does not keep the
+    directory locked against its own resume."""
+    import errno
     import fcntl
 
     key = path.resolve()
@@ -72,9 +77,11 @@ def _lock(path: Path) -> Path:
         return key
     handle = open(path / LOCK_FILE, "a")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
         handle.close()
+        if e.errno not in (errno.EACCES, errno.EAGAIN):
+            raise
         raise RuntimeError(f"{path} is in use by another cdmpp process (collect or "
                            "--remeasure-disturbed): wait for it to finish") from None
     _HELD[key] = [handle, 1]
