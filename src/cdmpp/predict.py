@@ -27,10 +27,10 @@ import numpy as np
 
 from cdmpp.atomic import write_text_atomic
 from cdmpp.dataset.loader import programs_for_rows
-from cdmpp.paths import default_store_dir  # noqa: F401 - also cdmpp.predict.default_store_dir
 from cdmpp.measure.database import (RECORD_FILE, DatabaseError, SkippedLine, _lines_with_tail,
                                     _load_sidecars, _parse_record, find_databases,
                                     load_database)
+from cdmpp.paths import default_store_dir
 from cdmpp.types import ProgramRecord, check_run_secs
 
 CSV_COLUMNS = ("db", "record_index", "workload_hash", "predicted_latency_s", "measured_latency_s")

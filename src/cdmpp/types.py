@@ -49,6 +49,11 @@ class PassStats:
     def min_s(self) -> float:
         return min(self.values_s)
 
+    def undisturbed(self, ref_slow_rel: float) -> bool:
+        """The reference kernel ran within `ref_slow_rel` of its best before this pass (True
+        too when the pass has no reference ratio: nothing says it was disturbed)."""
+        return self.ref_ratio is None or self.ref_ratio <= 1 + ref_slow_rel
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -104,10 +109,10 @@ class Measurement:
     def clean_passes(self, ref_slow_rel: float) -> int | None:
         """How many passes ran while the reference kernel was within `ref_slow_rel` of its best
         (an undisturbed machine); None when no pass has a reference ratio (TVM's own records)."""
-        ratios = [p.ref_ratio for p in self.passes if p.ref_ratio is not None]
-        if not ratios:
+        timed = [p for p in self.passes if p.ref_ratio is not None]
+        if not timed:
             return None
-        return sum(r <= 1 + ref_slow_rel for r in ratios)
+        return sum(p.undisturbed(ref_slow_rel) for p in timed)
 
     @property
     def pass_to_pass_rel(self) -> float | None:

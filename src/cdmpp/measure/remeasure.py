@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.measure.build import build_guarded
+from cdmpp.measure.database import _measurement
 from cdmpp.measure.collect import (CollectConfig, _Run, append_manifest_run, now_iso,
                                    task_of_key)
 from cdmpp.measure.timing import Timer, random_args
@@ -62,14 +63,9 @@ class RemeasureSummary:
         return out
 
 
-def entry_measurement(entry: dict) -> Measurement:
-    return Measurement.from_run_secs(entry["run_secs"], entry.get("repeats_per_pass"),
-                                     entry.get("ref_ratios"))
-
-
 def is_disturbed(entry: dict, ref_slow_rel: float) -> bool:
     """No pass of this journal entry ran on an undisturbed machine (by its reference ratios)."""
-    return entry_measurement(entry).clean_passes(ref_slow_rel) == 0
+    return _measurement(entry["run_secs"], entry, None).clean_passes(ref_slow_rel) == 0
 
 
 def merged_entry(entry: dict, new: Measurement) -> dict:

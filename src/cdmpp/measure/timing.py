@@ -129,7 +129,7 @@ class Timer:
 
     def needs_more(self, passes: list[PassStats]) -> bool:
         p = self.protocol
-        clean = sorted(s.min_s for s in passes if (s.ref_ratio or 1.0) <= 1 + p.ref_slow_rel)
+        clean = sorted(s.min_s for s in passes if s.undisturbed(p.ref_slow_rel))
         if len(clean) < 2:
             return True
         return (clean[1] - clean[0]) / clean[0] > p.tolerance_rel

@@ -115,10 +115,14 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
     return out
 
 
-def load_candidates(path: Path, data: dict | None = None) -> list[Candidate]:
-    """The programs persisted in `path` (candidates/<task>.json), sampling nothing."""
-    data = json.loads(Path(path).read_text()) if data is None else data
+def candidates_from_json(data: dict) -> list[Candidate]:
+    """The programs of a parsed candidates/<task>.json."""
     return [Candidate.from_json(c) for c in data["candidates"]]
+
+
+def load_candidates(path: Path) -> list[Candidate]:
+    """The programs persisted in `path` (candidates/<task>.json), sampling nothing."""
+    return candidates_from_json(json.loads(Path(path).read_text()))
 
 
 def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
@@ -131,7 +135,7 @@ def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
     existing: list[Candidate] = []
     if path.exists():
         data = json.loads(path.read_text())
-        existing = load_candidates(path, data)
+        existing = candidates_from_json(data)
         if len(existing) - 1 >= n or data.get("exhausted_at", -1) >= n:
             return existing[:n + 1]
     candidates = sample_programs(workload_mod, target, n, task=task, seed=seed + len(existing),
