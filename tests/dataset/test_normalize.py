@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cdmpp.dataset.normalize import Normalizer, fit_on_split
+from cdmpp.dataset.normalize import Normalizer, boxcox, fit_on_split, inv_boxcox
 from cdmpp.dataset.splits import make_split
 from cdmpp.features.build import build_store
 from cdmpp.features.store import FeatureStore
@@ -18,6 +18,16 @@ def test_boxcox_round_trip_and_unfitted_error():
     assert n.inverse_target(n.transform_target(y)) == pytest.approx(y, rel=1e-9)
     with pytest.raises(RuntimeError, match="not fitted"):
         Normalizer().transform_target(y)
+
+
+@pytest.mark.parametrize("lam", [-0.3, 0.0, 0.07, 1.5])
+def test_numpy_boxcox_matches_scipy(lam):
+    from scipy import special
+
+    y = np.array([1e-6, 3e-4, 2e-3, 0.1, 4.0])
+    assert boxcox(y, lam) == pytest.approx(special.boxcox(y, lam), rel=1e-12)
+    t = np.array([-40.0, -3.0, -0.5, 0.0, 2.0, 7.0])  # lam * t < -1 gives NaN in both
+    np.testing.assert_allclose(inv_boxcox(t, lam), special.inv_boxcox(t, lam), rtol=1e-12)
 
 
 def test_test_data_do_not_influence_the_normalizer(fixture_dbs, tmp_path, monkeypatch):

@@ -209,3 +209,8 @@ def test_remeasure_disturbed_appends_passes_in_place(tmp_path, no_microbench):
     assert again.disturbed == summary.remeasured - summary.now_clean
     runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert runs[-1]["remeasure_disturbed"]["remeasured"] == again.remeasured
+    # disturbed records of tasks not named are counted and left alone, with a hint
+    _simulate_disturbed_window(tmp_path)
+    other = remeasure_disturbed(config, [], progress=False)
+    assert other.disturbed == other.remeasured == 0 and other.not_selected == len(before)
+    assert "--kernels-of" in str(other)

@@ -13,6 +13,21 @@ from pathlib import Path
 import numpy as np
 
 
+def boxcox(y: np.ndarray, lam: float) -> np.ndarray:
+    """scipy.special.boxcox in numpy: predicting needs no scipy import (~0.3 s)."""
+    if lam == 0:
+        return np.log(y)
+    return np.expm1(lam * np.log(y)) / lam
+
+
+def inv_boxcox(t: np.ndarray, lam: float) -> np.ndarray:
+    """scipy.special.inv_boxcox in numpy (NaN where lam * t < -1, as scipy)."""
+    if lam == 0:
+        return np.exp(t)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.exp(np.log1p(lam * t) / lam)
+
+
 @dataclass
 class Normalizer:
     """sklearn-style: `fit` learns the attributes ending in `_` and returns self."""
@@ -46,17 +61,13 @@ class Normalizer:
 
     def transform_target(self, latency_s: np.ndarray) -> np.ndarray:
         self._check()
-        from scipy import special
-
-        z = special.boxcox(np.asarray(latency_s, dtype=np.float64), self.boxcox_lambda_)
+        z = boxcox(np.asarray(latency_s, dtype=np.float64), self.boxcox_lambda_)
         return (z - self.target_mean_) / self.target_std_
 
     def inverse_target(self, z: np.ndarray) -> np.ndarray:
         self._check()
-        from scipy import special
-
         t = np.asarray(z, dtype=np.float64) * self.target_std_ + self.target_mean_
-        return special.inv_boxcox(t, self.boxcox_lambda_)
+        return inv_boxcox(t, self.boxcox_lambda_)
 
     def to_arrays(self) -> dict:
         self._check()

@@ -38,6 +38,7 @@ class RemeasureSummary:
     now_clean: int = 0  # of those, with an undisturbed pass now
     failed: int = 0  # could not be built or run again: left as they were
     missing: int = 0  # no persisted program (or another protocol's): left as they were
+    not_selected: int = 0  # disturbed records of tasks not given (catalog filters/--kernels-of)
     seconds: float = 0.0
     waited_s: float = 0.0  # spent waiting for the machine to be quiet
     stopped_by_budget: bool = False
@@ -48,6 +49,10 @@ class RemeasureSummary:
                  f"({self.now_clean} now with an undisturbed pass), {self.failed} failed, "
                  f"{self.missing} without a persisted program; {self.seconds:.0f} s "
                  f"({self.waited_s:.0f} s waiting for a quiet machine)"]
+        if self.not_selected:
+            lines.append(f"{self.not_selected} more disturbed records belong to tasks not "
+                         "selected: name them as they were collected (--ops / --network, or "
+                         "--kernels-of NETWORKS --batches B for network kernels)")
         if self.label_ratios:
             r = sorted(self.label_ratios)
             lines.append(f"new label / old label: median {statistics.median(r):.3f}, "
@@ -97,11 +102,11 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
 
     protocol = config.protocol
     by_name = {t.name: t for t in tasks}
-    todo = [e for e in run.store.journal
-            if task_of_key(e["key"]) in by_name and is_disturbed(e, protocol.ref_slow_rel)]
+    disturbed = [e for e in run.store.journal if is_disturbed(e, protocol.ref_slow_rel)]
+    todo = [e for e in disturbed if task_of_key(e["key"]) in by_name]
     # the worst first: a time budget then cuts off the mildest
     todo.sort(key=lambda e: -min(e["ref_ratios"]))
-    summary = RemeasureSummary(disturbed=len(todo))
+    summary = RemeasureSummary(disturbed=len(todo), not_selected=len(disturbed) - len(todo))
     bar = tqdm(total=len(todo), unit="prog", disable=not progress, file=sys.stderr)
     programs: dict[str, dict] = {}  # task -> {key: Candidate}
     timer = None
