@@ -3,7 +3,8 @@
     python benchmarks/features.py [--data ../shared/data/epyc-2c] [--memory-programs 1000000]
 
 1. extraction: programs/s per core (CPU time) from a warm TVM process, per operator family,
-   on real records (trace replay + faithfulness check + compact AST + TVM's per-store rows);
+   on real records (trace replay + faithfulness check + compact AST + TVM's per-store rows),
+   and where the time of `extract` goes, stage by stage (docs/features.md);
 2. store build: `cdmpp features` on the whole data set with all cores (wall time);
 3. cached load: samples/s read back from the store (random batches of 512 programs);
 4. memory: peak RSS while reading every program of a synthetic store of N programs out of core.
@@ -56,6 +57,41 @@ def extraction(data: Path) -> dict:
         mean[column] = round(len(rates) / sum(1 / v for v in rates), 1)
     rows["all (harmonic mean)"] = mean
     return rows
+
+
+def stages(data: Path, names=("conv3x3_1x64x56x56_k64s1", "dwconv3x3_1x144x56x56_s1",
+                                "dense_128x768x768")) -> dict:
+    """CPU ms per program in each stage of `extract` (docs/features.md): TVM's per-store rows,
+    our structural passes, the tree walk, the row-to-leaf proof."""
+    from cdmpp.features import extract, tir_tree, tvm_rows
+    from cdmpp.features.matching import match_problems
+    from cdmpp.features.programs import measured_program
+    from cdmpp.measure.database import load_database
+
+    out = {}
+    for name in names:
+        db = load_database(data / name)
+        workload = db.records[0].workload.mod()
+        programs = [measured_program(rec, workload) for rec in db.records]
+        target = db.records[0].target
+        extract(programs[0], target)  # warm up
+        spent = dict.fromkeys(("tvm_rows", "passes", "tree", "match"), 0.0)
+        for program in programs:
+            t0 = time.process_time()
+            sch, mod = tvm_rows.as_schedule_and_func(program)
+            rows = tvm_rows.per_store_rows(sch, mod, target)
+            t1 = time.process_time()
+            func = tvm_rows.lowered_func(mod, "structural")
+            t2 = time.process_time()
+            tree = tir_tree.build_tree(func)
+            t3 = time.process_time()
+            match_problems(tree, rows)
+            t4 = time.process_time()
+            for stage, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                spent[stage] += dt
+        out[name] = {stage: round(1e3 * v / len(programs), 2) for stage, v in spent.items()}
+        out[name]["tvm_share"] = round(spent["tvm_rows"] / sum(spent.values()), 3)
+    return out
 
 
 def store_build(data: Path, store: Path) -> dict:
@@ -144,7 +180,8 @@ def main() -> int:
     parser.add_argument("--memory-programs", type=int, default=1_000_000)
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    figures = {"extraction_programs_per_s_per_core": extraction(args.data)}
+    figures = {"extraction_programs_per_s_per_core": extraction(args.data),
+               "extract_stages_cpu_ms_per_program": stages(args.data)}
     with tempfile.TemporaryDirectory() as tmp:
         figures["store_build"] = store_build(args.data, Path(tmp) / "store")
         figures["cached_load"] = cached_load(Path(tmp) / "store")
