@@ -1,0 +1,66 @@
+"""A real `cdmpp calibrate` run, judged on the new device's tasks it did not measure.
+
+    cdmpp calibrate --out cal/k --budget-minutes 10 --threads 1
+    cdmpp calibrate --out cal/r --budget-minutes 10 --threads 1 --selection random
+    python benchmarks/calibration.py --db work/epyc-1t --model cal/k --model cal/r
+
+`--db`: a collection directory of the same device (e.g. data/epyc-1t.tar.xz unpacked, which is
+`--threads 1` on this machine). Records of any task a calibrated model measured are dropped,
+so every model is tested on the same unseen tasks; the base model (zero-shot) is the first row.
+Prints MAPE, median APE, share within 10%, and the ratios to zero-shot and to the label noise
+floor of those records (targets: <= 0.7x zero-shot, <= 1.5x the noise floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--model", action="append", required=True, help="a calibrated model")
+    parser.add_argument("--base", default="default", help="the zero-shot model")
+    args = parser.parse_args()
+    from cdmpp.evaluate.metrics import noise_floor_ape, summary
+    from cdmpp.measure.database import load_database
+    from cdmpp.model.registry import load_estimator
+    from cdmpp.predict import predict_databases
+
+    records = {r.record_index: r for r in load_database(args.db).records}
+    measured_tasks = set()
+    for model in args.model:
+        trained_on = json.loads((Path(model) / "estimator.json").read_text())["trained_on"]
+        measured_tasks |= set(trained_on.get("tasks", []))
+    keep = [i for i, r in records.items() if r.meta.get("task") not in measured_tasks]
+    if not keep:
+        raise SystemExit(f"every task of {args.db} was measured by a calibration run")
+    tasks = np.array([records[i].meta.get("task") for i in keep])
+    noise = noise_floor_ape([records[i].measurement.noise_rel for i in keep])
+    print(f"{args.db}: {len(keep)} records of {len(set(tasks))} tasks no calibration measured; "
+          f"label noise floor {100 * noise:.1f}%")
+    print(f"{'model':<32} {'MAPE':>7} {'median APE':>10} {'within 10%':>10} {'/zero-shot':>10} "
+          f"{'/noise':>7}")
+    zero_shot = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in [args.base] + args.model:
+            result = predict_databases(load_estimator(model), [args.db], store=Path(tmp))
+            by_index = {p.record_index: p for p in result.predictions}
+            y = np.array([by_index[i].measured_latency_s for i in keep])
+            y_hat = np.array([by_index[i].predicted_latency_s for i in keep])
+            s = summary(y, y_hat, tasks)
+            zero_shot = zero_shot or s["mape"]
+            print(f"{model[-32:]:<32} {100 * s['mape']:6.1f}% {100 * s['median_ape']:9.1f}% "
+                  f"{100 * s['within_10']:9.1f}% {s['mape'] / zero_shot:10.2f} "
+                  f"{s['mape'] / noise:7.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
