@@ -14,7 +14,6 @@ floor of those records (targets: <= 0.7x zero-shot, <= 1.5x the noise floor).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,14 +29,13 @@ def main() -> int:
     args = parser.parse_args()
     from cdmpp.evaluate.metrics import noise_floor_ape, summary
     from cdmpp.measure.database import load_database
-    from cdmpp.model.registry import load_estimator
+    from cdmpp.model.registry import load_estimator, read_meta
     from cdmpp.predict import predict_databases
 
     records = {r.record_index: r for r in load_database(args.db).records}
     measured_tasks = set()
     for model in args.model:
-        trained_on = json.loads((Path(model) / "estimator.json").read_text())["trained_on"]
-        measured_tasks |= set(trained_on.get("tasks", []))
+        measured_tasks |= set(read_meta(model)["trained_on"].get("tasks", []))
     keep = [i for i, r in records.items() if r.meta.get("task") not in measured_tasks]
     if not keep:
         raise SystemExit(f"every task of {args.db} was measured by a calibration run")

@@ -279,7 +279,6 @@ class _Run:
         return self.summary
 
 
-
 def task_of_key(key: str) -> str:
     """The task name of a program key ("<task>/<n>" or "<task>/default")."""
     return key.rsplit("/", 1)[0]
