@@ -1,7 +1,10 @@
 """Accuracy of cdmpp vs the XGBoost and MLP baselines, all figures from one run.
 
-    python benchmarks/accuracy.py --data ../shared/data/epyc-2c --data data/epyc-2c \\
-        [--networks mobilenet_v2,resnet50] [--epochs N] [--json out.json]
+    python benchmarks/accuracy.py --data <data/epyc-2c unpacked> --data <data/epyc-2c-kernels> \\
+        [--networks mobilenet_v2,resnet50] [--device ID] [--epochs N] [--json out.json]
+
+The databases must hold one device (or name it with --device): `../shared/data/epyc-2c` was
+timed with TVM's default thread pool, a different device from our 2-thread collection.
 
 Two splits of the same feature store: by network (the named networks held out; tasks they
 share with training networks go to neither side) and random (within tasks). For each: every
@@ -54,12 +57,15 @@ def main() -> int:
     parser.add_argument("--networks", default="mobilenet_v2,resnet50")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default=None, metavar="ID",
+                        help="use only this device's records (needed when --data holds several)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    from cdmpp.dataset.devices import one_device
     from cdmpp.features.build import open_store
 
     store = open_store(args.data, args.store)
-    samples = store.samples(databases=args.data)
+    samples = one_device(store.samples(databases=args.data), args.device)
     figures = {"by_network": run_split(store, samples, f"by-network:{args.networks}", args.epochs,
                                        args.seed),
                "random": run_split(store, samples, "random", args.epochs, args.seed)}

@@ -1,6 +1,6 @@
 """Train the shipped models (cdmpp + XGBoost baseline) and cut the shipped sample data.
 
-    python scripts/train_default.py --data ../shared/data/epyc-2c --data data/epyc-2c.tar.xz
+    python scripts/train_default.py --data data/epyc-2c-kernels.tar.xz --data data/epyc-2c.tar.xz
 
 Every record of the given databases (a .tar.xz is unpacked first) is featurized; a few records
 of a few tasks of the repository's own dataset are held out as the shipped sample data
@@ -87,6 +87,7 @@ def main() -> int:
     from dataclasses import replace
 
     from cdmpp.baselines import make_baseline
+    from cdmpp.dataset.devices import one_device
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
@@ -101,11 +102,12 @@ def main() -> int:
         taken = cut_sample(find_databases(own[-1])[0], sample_dir, args.sample_tasks,
                            args.sample_per_task, args.seed) if own else set()
         store = open_store(data, args.store)
-        samples = store.samples(databases=data)
+        samples = one_device(store.samples(databases=data))  # the shipped model has no device input
         ids = zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist())
         rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
         train = labeled(store, samples, rows)
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
+                "device_id": samples.column("device_id")[0].as_py(),
                 "held_out_sample": len(taken)}
         config = replace(TrainConfig(), seed=args.seed,
                          **({"epochs": args.epochs} if args.epochs else {}))

@@ -20,7 +20,8 @@ SOFTMAX_SMALL = Task("softmax_1x16x64", "softmax", (("b", 1), ("m", 16), ("n", 6
 
 @pytest.fixture
 def dense_db(tmp_path) -> Path:
-    """A copy of a 4-record slice of real measurements (dense 64x768x768, AMD EPYC, 2 threads)."""
+    """A copy of a 4-record slice of real measurements (dense 64x768x768 from ../shared/data:
+    AMD EPYC, TVM's default thread pool, i.e. one worker: docs/measurement.md)."""
     dst = tmp_path / "dense_64x768x768"
     shutil.copytree(FIXTURES / "dense_64x768x768", dst)
     return dst

@@ -58,3 +58,24 @@ def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path
     assert tasks_for_budget(10, 8) > tasks_for_budget(2, 8) >= 1
     with pytest.raises(ValueError, match="--tasks"):
         calibrate(CalibrateConfig(out=str(tmp_path / "m"), model=str(base_model)))
+
+
+def test_kmeans_order_in_rounds_starts_with_a_representative_set():
+    from cdmpp.calibrate import choose_tasks
+    from cdmpp.dataset.programs import ProgramSet
+    from cdmpp.train.selection import kmeans_select
+
+    rng = np.random.default_rng(0)
+    names = [f"t{i:02d}" for i in range(12)]
+    points = rng.normal(size=(12, 3))
+
+    class Embedder:  # one program per task; its embedding is the task's point
+        def embed(self, programs):
+            return points[[names.index(t) for t in programs.task]]
+
+    programs = ProgramSet(tuple(np.zeros((1, 2), np.float32) for _ in names),
+                          tuple(np.zeros(1, np.int32) for _ in names), None, tuple(names))
+    order = choose_tasks(Embedder(), programs, 9, "kmeans", seed=0, round_size=4)
+    assert len(order) == 9 and len(set(order)) == 9
+    assert order[:4] == kmeans_select(points, names, 4, seed=0)  # the first round alone
+    assert choose_tasks(Embedder(), programs, 9, "kmeans", seed=0, round_size=4) == order

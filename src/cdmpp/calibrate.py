@@ -4,6 +4,9 @@
 
 1. Embed every catalog task with the base model (features of the task's default program, on
    this device) and choose the k most representative tasks (KMeans, CDMPP) or k random ones.
+   With a budget and no k, the tasks are put in that order for a generous k (`OVERBOOK` x
+   what the budget is estimated to fit) and measured in order until the budget is spent: how
+   many programs a task has, and how fast they time, is only known by measuring.
 2. Measure sampled programs of those tasks here with the collector (resumable, within the
    time budget), into `<out>.data/` (a TVM JSON database with its device.json).
 3. Fine-tune the base model on them, optionally with domain adaptation towards the default
@@ -24,8 +27,13 @@ import numpy as np
 
 # Measured collection speed on a 2-core VM (docs/measurement.md), to size k from a budget.
 PROGRAMS_PER_HOUR = 3000.0
-# Of a time budget, the share left for fine-tuning and task selection after measuring.
-MEASURE_SHARE = 0.75
+# Of a time budget, the share given to measuring (the rest: task selection and fine-tuning,
+# which took 0.2 of 5.3 minutes in a real 10-minute calibration, docs/cross_device.md).
+MEASURE_SHARE = 0.9
+# With only a budget, order this many times the estimated task count and measure until the
+# budget is spent. Measured: sized at PROGRAMS_PER_HOUR alone, a 10-minute calibration used
+# 5.3 minutes, because element-wise and pooling tasks have fewer than 8 distinct programs.
+OVERBOOK = 3
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,12 @@ def default_programs(tasks, target):
     return ProgramSet(tuple(feats), tuple(pos), None, tuple(t.name for t in tasks))
 
 
-def choose_tasks(estimator, programs, k: int, selection: str, seed: int) -> list[str]:
-    """k task names: the KMeans choice over the model's embeddings, or a random choice."""
+def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
+                 round_size: int | None = None) -> list[str]:
+    """k task names in the order to measure them: the KMeans choice over the model's
+    embeddings, or a random choice. With `round_size` < k, KMeans picks in rounds: the
+    `round_size` most representative tasks, then the most representative of the rest, ...
+    so that the tasks a budget reaches first are a representative set on their own."""
     from cdmpp.train.selection import kmeans_select, random_select, task_embeddings
 
     if selection == "random":
@@ -78,7 +90,14 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int) -> list
     if selection != "kmeans":
         raise ValueError(f"unknown selection {selection!r}: use kmeans or random")
     z, names = task_embeddings(estimator, programs, programs.task)
-    return kmeans_select(z, names, k, seed=seed)
+    step = min(round_size or k, k)
+    chosen: list[str] = []
+    while len(chosen) < k:
+        taken = set(chosen)
+        rest = [i for i, n in enumerate(names) if n not in taken]
+        chosen += kmeans_select(z[rest], [names[i] for i in rest], min(step, k - len(chosen)),
+                                seed=seed)
+    return chosen
 
 
 def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
@@ -109,12 +128,15 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     else:
         vector = None
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
-    k = config.tasks or tasks_for_budget(config.budget_minutes, config.programs_per_task)
-    k = min(k, len(candidates))
+    fits = (None if config.budget_minutes is None else
+            tasks_for_budget(config.budget_minutes, config.programs_per_task))
+    k = min(config.tasks or OVERBOOK * fits, len(candidates))
     log(f"embedding {len(candidates)} tasks with {config.model}")
     everything = default_programs(candidates, device.target).with_device(vector)
-    chosen = choose_tasks(base, everything, k, config.selection, config.seed)
-    log(f"{config.selection} chose {k} tasks: {', '.join(chosen)}")
+    chosen = choose_tasks(base, everything, k, config.selection, config.seed,
+                          round_size=None if config.tasks else fits)
+    log(f"{config.selection} chose {k} tasks" + ("" if config.tasks else
+        " (in order; measured until the budget is spent)") + f": {', '.join(chosen)}")
 
     budget = None
     if config.budget_minutes is not None:
@@ -130,6 +152,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     log(str(summary))
 
     train = measured_programs(config.data_dir, chosen)
+    have = set(train.programs.task or ())
+    measured = [t for t in chosen if t in have]
     if len(train.latency_s) < 2:
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}: raise the budget")
@@ -142,11 +166,11 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     if vector is not None:
         base.device_vector_ = np.asarray(vector, dtype=np.float64)
     info = {"base_model": str(config.model), "device_id": device.device_id,
-            "selection": config.selection, "tasks": chosen,
+            "selection": config.selection, "tasks": measured,
             "records": int(len(train.latency_s)), "data": str(config.data_dir),
             "adapt": config.adapt, "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(base, config.out, trained_on=info)
-    log(f"saved {config.out}: fine-tuned on {info['records']} programs of {k} tasks "
+    log(f"saved {config.out}: fine-tuned on {info['records']} programs of {len(measured)} tasks "
         f"in {info['minutes']} min")
     return info
 

@@ -14,6 +14,8 @@ def _common(p) -> None:
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None, help="feature extraction processes")
+    p.add_argument("--device", default=None, metavar="ID",
+                   help="use only this device's records (needed when the databases hold several)")
 
 
 def add_parser(subparsers) -> None:
@@ -55,6 +57,7 @@ def _table_row(name: str, m: dict) -> str:
 
 
 def run_train(args) -> int:
+    from cdmpp.dataset.devices import one_device
     from cdmpp.dataset.loader import labeled
     from cdmpp.dataset.splits import make_split
     from cdmpp.evaluate.metrics import summary
@@ -65,6 +68,7 @@ def run_train(args) -> int:
     samples = store.samples(databases=args.data)
     if not samples.num_rows:
         raise ValueError("the given databases hold no usable record")
+    samples = one_device(samples, args.device)
     import numpy as np
 
     if args.split:
@@ -80,6 +84,7 @@ def run_train(args) -> int:
     checkpoints.mkdir(parents=True, exist_ok=True)
     model.fit(train.programs, train.latency_s)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
+                  "device_id": samples.column("device_id")[0].as_py(),
                   "split": split.name if split else None}
     save_estimator(model, args.out, trained_on=trained_on)
     import shutil
@@ -94,12 +99,16 @@ def run_train(args) -> int:
 
 
 def run_eval(args) -> int:
+    from cdmpp.dataset.devices import one_device
     from cdmpp.dataset.splits import make_split
     from cdmpp.evaluate import report
     from cdmpp.evaluate.run import compare
 
     store = _store(args)
-    split = make_split(store.samples(databases=args.data), args.split, seed=args.seed)
+    samples = store.samples(databases=args.data)
+    if not args.split.startswith("by-device"):  # the one split whose sides are devices
+        samples = one_device(samples, args.device)
+    split = make_split(samples, args.split, seed=args.seed)
     split.save(store.path)
     models = [m for m in args.models.split(",") if m]
     result = compare(store, split, models, train_config=_train_config(args), progress=True,
