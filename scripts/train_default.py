@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WEIGHT = 1.0
 ASSETS = ROOT / "src" / "cdmpp" / "assets"
 
 
@@ -82,13 +83,15 @@ def main() -> int:
     parser.add_argument("--sample-per-task", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--default-weight", type=float, default=DEFAULT_WEIGHT,
+                        help="loss weight of each task's default (untuned) program")
     args = parser.parse_args()
 
     from dataclasses import replace
 
     from cdmpp.baselines import make_baseline
     from cdmpp.dataset.devices import one_device
-    from cdmpp.dataset.loader import labeled
+    from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
     from cdmpp.model.config import TrainConfig
@@ -106,14 +109,15 @@ def main() -> int:
         ids = zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist())
         rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
         train = labeled(store, samples, rows)
+        weight = np.where(default_program_mask(samples, rows), args.default_weight, 1.0)
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
                 "device_id": samples.column("device_id")[0].as_py(),
-                "held_out_sample": len(taken)}
+                "default_weight": args.default_weight, "held_out_sample": len(taken)}
         config = replace(TrainConfig(), seed=args.seed,
                          **({"epochs": args.epochs} if args.epochs else {}))
         print(f"training on {len(rows)} records ({len(taken)} held out as sample data)")
-        model = CDMPPRegressor(train_config=config, progress=True).fit(train.programs,
-                                                                        train.latency_s)
+        model = CDMPPRegressor(train_config=config, progress=True).fit(
+            train.programs, train.latency_s, sample_weight=weight)
         save_estimator(model, ASSETS / "models" / "default", trained_on=info)
         xgb = make_baseline("xgb", seed=args.seed).fit(train.programs, train.latency_s)
         save_estimator(xgb, ASSETS / "models" / "xgb", trained_on=info)

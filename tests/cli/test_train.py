@@ -28,7 +28,9 @@ def test_train_refuses_two_devices_and_trains_on_the_chosen_one(tmp_path, capsys
     assert "2 devices" in err and ours_id in err and "znver4/2" in err
     assert not (tmp_path / "mixed").exists()
 
-    assert main(common + ["--out", str(tmp_path / "model"), "--device", ours_id]) == 0
+    assert main(common + ["--out", str(tmp_path / "model"), "--device", ours_id,
+                          "--default-weight", "5"]) == 0
     meta = json.loads((tmp_path / "model" / "estimator.json").read_text())
     assert meta["trained_on"]["device_id"] == ours_id
     assert meta["trained_on"]["records"] == 4
+    assert meta["trained_on"]["default_weight"] == 5.0

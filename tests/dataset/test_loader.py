@@ -74,3 +74,20 @@ def test_work_of_several_programs_matches_one_at_a_time():
     alone = [ProgramSet((f,), (np.arange(len(f)),)).work()[0] for f in leaves]
     np.testing.assert_allclose(together, alone)
     assert ProgramSet((), ()).work().shape == (0,)
+
+
+def test_default_program_mask_finds_the_untuned_program(fixture_dbs, tmp_path):
+    from cdmpp.dataset.loader import default_program_mask
+
+    db = fixture_dbs[0]
+    record_file = db / "database_tuning_record.json"
+    lines = record_file.read_text().splitlines()
+    first = json.loads(lines[0])
+    first[1][0] = [[], []]  # an empty trace: the workload as TVM builds it untuned
+    record_file.write_text("\n".join(lines + [json.dumps(first)]) + "\n")
+    build_store([db], tmp_path / "store", workers=1, progress=False)
+    samples = FeatureStore(tmp_path / "store").samples()
+    mask = default_program_mask(samples)
+    index = samples.column("record_index").to_pylist()
+    assert mask.tolist() == [i == len(lines) for i in index]
+    assert default_program_mask(samples, rows=[0]).shape == (1,)

@@ -189,3 +189,43 @@ def test_unknown_target_is_refused(slice_data):
     train, _ = slice_data
     with pytest.raises(ValueError, match="unknown ModelConfig.target"):
         CDMPPRegressor(replace(TINY, target="speed"), FAST).fit(train.programs, train.latency_s)
+
+
+def test_weighted_loss_is_a_weighted_mean():
+    import torch
+
+    from cdmpp.model.losses import make_loss
+
+    loss = make_loss("mse", mape_weight=0.5, target=(0.1, 0.0, 1.0))
+    pred, z = torch.tensor([0.1, 0.5, -0.3]), torch.tensor([0.0, 0.2, 0.4])
+    assert torch.allclose(loss(pred, z), loss(pred, z, torch.ones(3)))
+    # a zero weight removes a sample; weights 2:1 count the first one twice
+    assert torch.allclose(loss(pred, z, torch.tensor([1.0, 1.0, 0.0])), loss(pred[:2], z[:2]))
+    doubled = loss(torch.cat([pred[:1], pred]), torch.cat([z[:1], z]))
+    assert torch.allclose(loss(pred, z, torch.tensor([2.0, 1.0, 1.0])), doubled)
+
+
+def test_bad_sample_weights_are_refused():
+    from cdmpp.model.estimator import check_weight
+
+    assert check_weight(None, 3) is None
+    with pytest.raises(ValueError, match="one value per program"):
+        check_weight([1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="non-negative"):
+        check_weight([1.0, -1.0, 1.0], 3)
+    with pytest.raises(ValueError, match="not all zero"):
+        check_weight([0.0, 0.0, 0.0], 3)
+
+
+def test_sample_weights_decide_which_labels_the_model_fits(slice_data):
+    from cdmpp.dataset.programs import ProgramSet
+
+    train, _ = slice_data
+    p = train.programs
+    twice = ProgramSet(p.leaf_features * 2, p.leaf_pos * 2, None, p.task * 2)
+    y = np.concatenate([train.latency_s, 3.0 * train.latency_s])  # the copies: 3x slower
+    n = len(train.latency_s)
+    first = CDMPPRegressor(TINY, FAST).fit(twice, y, sample_weight=np.r_[np.ones(n), np.zeros(n)])
+    second = CDMPPRegressor(TINY, FAST).fit(twice, y, sample_weight=np.r_[np.zeros(n), np.ones(n)])
+    ratio = np.median(second.predict(p) / first.predict(p))
+    assert 2.0 < ratio < 4.5

@@ -22,6 +22,9 @@ def add_parser(subparsers) -> None:
     t = subparsers.add_parser("train", help="train the CDMPP model on databases")
     _common(t)
     t.add_argument("--out", required=True, metavar="MODEL_DIR")
+    t.add_argument("--default-weight", type=float, default=1.0, metavar="W",
+                   help="loss weight of each task's default (untuned) program, the one TVM runs "
+                        "without tuning (others: 1)")
     t.add_argument("--split", default=None,
                    help="random | by-task | by-network:NAME,...: train on its training side and "
                         "report its test side (default: train on everything)")
@@ -58,7 +61,7 @@ def _table_row(name: str, m: dict) -> str:
 
 def run_train(args) -> int:
     from cdmpp.dataset.devices import one_device
-    from cdmpp.dataset.loader import labeled
+    from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.dataset.splits import make_split
     from cdmpp.evaluate.metrics import summary
     from cdmpp.model.estimator import CDMPPRegressor
@@ -82,8 +85,12 @@ def run_train(args) -> int:
     model = CDMPPRegressor(train_config=_train_config(args), checkpoint_dir=str(checkpoints),
                            progress=True)
     checkpoints.mkdir(parents=True, exist_ok=True)
-    model.fit(train.programs, train.latency_s)
+    weight = None
+    if args.default_weight != 1.0:
+        weight = np.where(default_program_mask(samples, train_rows), args.default_weight, 1.0)
+    model.fit(train.programs, train.latency_s, sample_weight=weight)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
+                  "default_weight": args.default_weight,
                   "device_id": samples.column("device_id")[0].as_py(),
                   "split": split.name if split else None}
     save_estimator(model, args.out, trained_on=trained_on)

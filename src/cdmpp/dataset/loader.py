@@ -64,3 +64,19 @@ def split_data(store, split) -> tuple[LabeledPrograms, LabeledPrograms]:
     samples = store.samples()
     train_rows, test_rows = split.rows(samples)
     return labeled(store, samples, train_rows), labeled(store, samples, test_rows)
+
+
+def default_program_mask(samples, rows=None) -> np.ndarray:
+    """(n,) True where a samples-table row is a task's default (untuned) program, the one TVM
+    runs without tuning: the collector marks it `kind: default` (its trace is empty). Reads the
+    databases' records (no TVM); a database written by TVM's tuner has none."""
+    from cdmpp.measure.database import load_database
+
+    dbs = samples.column("db").to_pylist()
+    index = samples.column("record_index").to_pylist()
+    rows = np.arange(samples.num_rows) if rows is None else np.asarray(rows, dtype=np.int64)
+    defaults = {}
+    for db in sorted({dbs[i] for i in rows}):
+        defaults[db] = {r.record_index for r in load_database(db, strict=False).records
+                        if r.meta.get("kind") == "default" or not (r.trace_json or [[]])[0]}
+    return np.array([int(index[i]) in defaults[dbs[i]] for i in rows], dtype=bool)

@@ -26,12 +26,29 @@ WEIGHTS_FILE = "weights.pt"
 NORMALIZER_FILE = "normalizer.npz"
 
 
-def _val_metrics(y_true, y_pred) -> dict:
-    """Validation figures; the first is the one model selection minimizes."""
-    from cdmpp.evaluate.metrics import mape, rmse_log
-
+def _val_metrics(y_true, y_pred, weight=None) -> dict:
+    """Validation figures; the first is the one model selection minimizes. With `weight`,
+    weighted by the samples' training weights (what the weights say matters, counts)."""
     y_pred = np.clip(np.nan_to_num(y_pred, nan=1e9, posinf=1e9), 1e-12, None)
-    return {"rmse_log": rmse_log(y_true, y_pred), "mape": mape(y_true, y_pred)}
+    w = np.asarray(weight if weight is not None else np.ones(len(y_true)), dtype=np.float64)
+    if not w.sum() > 0:  # no weighted sample drawn into validation: judge all alike
+        w = np.ones(len(y_true))
+    log_err = np.log(y_pred) - np.log(y_true)
+    return {"rmse_log": float(np.sqrt(np.sum(w * log_err ** 2) / np.sum(w))),
+            "mape": float(np.sum(w * np.abs(y_pred - y_true) / y_true) / np.sum(w))}
+
+
+def check_weight(weight, n: int) -> np.ndarray | None:
+    """Per-sample loss weights as float64 (n,), or None; a clear error for bad ones."""
+    if weight is None:
+        return None
+    weight = np.asarray(weight, dtype=np.float64)
+    if weight.shape != (n,):
+        raise ValueError(f"sample_weight must have one value per program ({n}), "
+                         f"not shape {weight.shape}")
+    if not np.all(np.isfinite(weight)) or np.any(weight < 0) or not np.any(weight > 0):
+        raise ValueError("sample_weight must be finite, non-negative and not all zero")
+    return weight
 
 
 def fine_tune_config(base: TrainConfig, **changes) -> TrainConfig:
@@ -69,7 +86,7 @@ class CDMPPRegressor:
         span = np.where(self.device_max_ > self.device_min_, self.device_max_ - self.device_min_, 1)
         return ((d - self.device_min_) / span).astype(np.float32)
 
-    def _data(self, programs: ProgramSet, latency_s=None):
+    def _data(self, programs: ProgramSet, latency_s=None, weight=None):
         from cdmpp.train.loop import TrainData
 
         if programs.n_features != self.model_config_.n_features:
@@ -79,7 +96,7 @@ class CDMPPRegressor:
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
         return TrainData(feats, [np.asarray(p) for p in programs.leaf_pos], target,
-                         self._device_matrix(programs))
+                         self._device_matrix(programs), weight)
 
     def _scale(self, programs: ProgramSet):
         """What the head's prediction is multiplied by to give latency (ModelConfig.target)."""
@@ -92,14 +109,18 @@ class CDMPPRegressor:
 
     # -- estimator API -------------------------------------------------------------------------
     @staticmethod
-    def _carve(programs: ProgramSet, y, eval_set, tc: TrainConfig, by_task: bool = False):
-        """(fit set, fit labels, validation set, validation labels). `by_task`: validation
-        holds whole tasks (what fine-tuning on a few tasks must generalize to: other tasks)."""
+    def _carve(programs: ProgramSet, y, eval_set, tc: TrainConfig, by_task: bool = False,
+               weight=None):
+        """(fit set, fit labels, validation set, validation labels, fit weights, validation
+        weights); weights are None when `weight` is. `by_task`: validation holds whole tasks
+        (what fine-tuning on a few tasks must generalize to: other tasks)."""
         from cdmpp.baselines import check_latency
 
         y = check_latency(y, len(programs))
+        weight = check_weight(weight, len(programs))
         if eval_set is not None:
-            return programs, y, eval_set[0], check_latency(eval_set[1], len(eval_set[0]))
+            return (programs, y, eval_set[0], check_latency(eval_set[1], len(eval_set[0])),
+                    weight, None)
         rng = np.random.default_rng(tc.seed)
         tasks = sorted(set(programs.task)) if by_task and programs.task is not None else []
         if len(tasks) >= 2:
@@ -107,15 +128,15 @@ class CDMPPRegressor:
             held = {tasks[i] for i in rng.permutation(len(tasks))[:n_val]}
             is_val = np.array([t in held for t in programs.task])
             val_rows, fit_rows = np.flatnonzero(is_val), np.flatnonzero(~is_val)
-            return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows),
-                    y[val_rows])
-        order = rng.permutation(len(programs))
-        n_val = max(1, int(round(tc.val_fraction * len(programs))))
-        val_rows, fit_rows = order[:n_val], order[n_val:]
-        return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows), y[val_rows])
+        else:
+            order = rng.permutation(len(programs))
+            n_val = max(1, int(round(tc.val_fraction * len(programs))))
+            val_rows, fit_rows = order[:n_val], order[n_val:]
+        return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows), y[val_rows],
+                *((None, None) if weight is None else (weight[fit_rows], weight[val_rows])))
 
     def _train(self, fit_set, y_fit, val_set, y_val, tc: TrainConfig, unlabeled,
-               keep_initial: bool = False) -> None:
+               keep_initial: bool = False, w_fit=None, w_val=None) -> None:
         from cdmpp.model.losses import make_loss
         from cdmpp.train.loop import train_network
 
@@ -124,18 +145,19 @@ class CDMPPRegressor:
                                                       n.target_std_))
         val_scale = self._scale(val_set)
         self.history_ = train_network(
-            self.net_, self._data(fit_set, y_fit), self._data(val_set, y_val), tc, loss_fn,
-            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z) * val_scale),
+            self.net_, self._data(fit_set, y_fit, w_fit), self._data(val_set, y_val), tc, loss_fn,
+            lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z) * val_scale, w_val),
             checkpoint_dir=self.checkpoint_dir, progress=self.progress,
             unlabeled=None if unlabeled is None else self._data(unlabeled),
             keep_initial=keep_initial)
         self.train_config_ = tc
 
     def fit(self, programs: ProgramSet, y, eval_set=None,
-            unlabeled: ProgramSet | None = None) -> "CDMPPRegressor":
+            unlabeled: ProgramSet | None = None, sample_weight=None) -> "CDMPPRegressor":
         """Train on `programs` with latencies `y` (seconds). `eval_set=(programs, y)` replaces
         the validation set carved from the training data (it must not be test data).
         `unlabeled`: programs of the target device, for domain adaptation (`TrainConfig.adapt`).
+        `sample_weight`: (n,) non-negative weight of each program in the training loss.
         """
         import torch
 
@@ -144,7 +166,8 @@ class CDMPPRegressor:
         tc = self.train_config or TrainConfig()
         if tc.threads:
             torch.set_num_threads(tc.threads)
-        fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc)
+        fit_set, y_fit, val_set, y_val, w_fit, w_val = self._carve(programs, y, eval_set, tc,
+                                                                   weight=sample_weight)
 
         device_dim = 0 if programs.device is None else int(np.asarray(programs.device).shape[1])
         self.model_config_ = replace(self.model_config or ModelConfig(),
@@ -156,7 +179,7 @@ class CDMPPRegressor:
             self.device_min_, self.device_max_ = dev.min(0), dev.max(0)
         torch.manual_seed(tc.seed)
         self.net_ = CDMPPNet(self.model_config_)
-        self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled)
+        self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, w_fit=w_fit, w_val=w_val)
         return self
 
     def fine_tune(self, programs: ProgramSet, y, train_config: TrainConfig | None = None,
@@ -182,7 +205,8 @@ class CDMPPRegressor:
         tc = train_config or fine_tune_config(self.train_config_)
         if tc.threads:
             torch.set_num_threads(tc.threads)
-        fit_set, y_fit, val_set, y_val = self._carve(programs, y, eval_set, tc, by_task=True)
+        fit_set, y_fit, val_set, y_val, _, _ = self._carve(programs, y, eval_set, tc,
+                                                           by_task=True)
         self.net_.train()
         try:
             self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True)

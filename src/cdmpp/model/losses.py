@@ -19,14 +19,18 @@ def make_loss(kind: str, mape_weight: float = 0.0, target=None):
     if kind not in ("mse", "paper"):
         raise ValueError(f"unknown loss {kind!r}: use mse or paper")
 
-    def loss(pred: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        mse = torch.mean((pred - z) ** 2)
-        value = mse if kind == "mse" else 1000.0 * mse + torch.mean(
+    def loss(pred: torch.Tensor, z: torch.Tensor, weight: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        def mean(e):  # weighted by the samples' weights when given
+            return torch.mean(e) if weight is None else torch.sum(weight * e) / torch.sum(weight)
+
+        mse = mean((pred - z) ** 2)
+        value = mse if kind == "mse" else 1000.0 * mse + mean(
             torch.abs(pred - z) / torch.clamp(torch.abs(z), min=1e-6))
         if mape_weight:
-            lam, mean, std = target
-            y_hat, y = inverse_boxcox(pred, lam, mean, std), inverse_boxcox(z, lam, mean, std)
-            value = value + mape_weight * torch.mean(torch.abs(y_hat - y) / y)
+            lam, mu, std = target
+            y_hat, y = inverse_boxcox(pred, lam, mu, std), inverse_boxcox(z, lam, mu, std)
+            value = value + mape_weight * mean(torch.abs(y_hat - y) / y)
         return value
 
     return loss

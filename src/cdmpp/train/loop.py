@@ -33,6 +33,7 @@ class TrainData:
     positions: list  # per program (n_i,) int
     target: np.ndarray | None  # (n,) transformed target
     device: np.ndarray | None = None  # (n, D) normalized device vectors
+    weight: np.ndarray | None = None  # (n,) loss weight of each program (None: all 1)
 
     @property
     def n_leaves(self) -> np.ndarray:
@@ -129,7 +130,10 @@ def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
                 group["lr"] = config.lr * factor
             x, p, m, d = collate(train.features, train.positions, rows, train.device)
             y = torch.from_numpy(train.target[rows].astype(np.float32))
-            _, loss, z = net(x, p, m, d, targets=y, loss_fn=loss_fn, return_embedding=True)
+            pred, _, z = net(x, p, m, d, return_embedding=True)
+            w = (None if train.weight is None else
+                 torch.from_numpy(train.weight[rows].astype(np.float32)))
+            loss = loss_fn(pred, y, w)
             if distance is not None:
                 picked = rng.choice(len(unlabeled.features), size=min(len(rows),
                                     len(unlabeled.features)), replace=False)
