@@ -157,7 +157,8 @@ class CDMPPRegressor:
         """Train on `programs` with latencies `y` (seconds). `eval_set=(programs, y)` replaces
         the validation set carved from the training data (it must not be test data).
         `unlabeled`: programs of the target device, for domain adaptation (`TrainConfig.adapt`).
-        `sample_weight`: (n,) non-negative weight of each program in the training loss.
+        `sample_weight`: (n,) non-negative weight of each program in the training loss and in
+        the validation metric that selects the epoch (the carved validation keeps its weights).
         """
         import torch
 
