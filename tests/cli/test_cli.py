@@ -34,6 +34,8 @@ def test_db_reports_bad_lines(dense_db, capsys):
     assert main(["db", str(dense_db)]) == 0
     out = capsys.readouterr().out
     assert "1 bad lines skipped" in out and ":5:" in out
+    # a TVM database without device.json: its target, and a warning about the threads
+    assert "no device.json" in out and '"mcpu": "znver4"' in out and "default thread pool" in out
 
 
 def test_features_then_split(fixture_dbs, tmp_path, capsys):

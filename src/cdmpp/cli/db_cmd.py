@@ -10,6 +10,23 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+def device_line(path, db) -> str:
+    """Which device the database was timed on, as far as it says."""
+    import json
+    from pathlib import Path
+
+    device_file = Path(path) / "device.json"
+    if device_file.exists():
+        d = json.loads(device_file.read_text())
+        return (f"{d['device_id']} ({d.get('cpu_model', '?')}, {d.get('threads', '?')} threads, "
+                f"mcpu {d.get('target', {}).get('mcpu', '?')})")
+    targets = sorted({json.dumps(r.target, sort_keys=True) for r in db.records})
+    shown = "; ".join(targets) or "none"
+    return (f"no device.json; record targets: {shown}. The threads it was timed with are "
+            "unknown: unless the timing process called runtime.config_threadpool, TVM used its "
+            "default thread pool, half the hardware threads (docs/measurement.md)")
+
+
 def run(args) -> int:
     from cdmpp.measure.database import find_databases, load_database
     from cdmpp.measure.noise import noise_floor
@@ -24,6 +41,7 @@ def run(args) -> int:
             measurements += [r.measurement for r in db.records]
             names = ",".join(sorted({w.name or w.shash for w in db.workloads}))
             print(f"{path}: {len(db.workloads)} workloads ({names}), {len(db.records)} records")
+            print(f"  device: {device_line(path, db)}")
             for line in db.skipped:
                 print(f"  skipped {line}")
     print(f"total: {total} records, {skipped} bad lines skipped")
