@@ -81,3 +81,16 @@ def test_groups_length_mismatch_raises():
         M.top_k_score([1.0, 2.0], [1.0, 2.0], ["a"], 1)
     with pytest.raises(ValueError, match="positive integer"):
         M.top_k_score([1.0, 2.0], [1.0, 2.0], None, 0)
+
+
+def test_weighted_mape_and_rmse_log_are_weighted_means():
+    from cdmpp.evaluate.metrics import mape, rmse_log
+
+    t, p = np.array([1.0, 2.0, 4.0]), np.array([1.5, 2.0, 2.0])
+    assert mape(t, p, np.ones(3)) == pytest.approx(mape(t, p))
+    assert rmse_log(t, p, np.ones(3)) == pytest.approx(rmse_log(t, p))
+    assert mape(t, p, [1.0, 1.0, 0.0]) == pytest.approx(mape(t[:2], p[:2]))
+    assert rmse_log(t, p, [2.0, 0.0, 1.0]) == pytest.approx(
+        rmse_log(t[[0, 0, 2]], p[[0, 0, 2]]))
+    with pytest.raises(ValueError, match="one value per program"):
+        mape(t, p, [1.0, 1.0])

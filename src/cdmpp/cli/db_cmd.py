@@ -13,13 +13,13 @@ def add_parser(subparsers) -> None:
 def device_line(path, db) -> str:
     """Which device the database was timed on, as far as it says."""
     import json
-    from pathlib import Path
 
-    device_file = Path(path) / "device.json"
-    if device_file.exists():
-        d = json.loads(device_file.read_text())
-        return (f"{d['device_id']} ({d.get('cpu_model', '?')}, {d.get('threads', '?')} threads, "
-                f"mcpu {d.get('target', {}).get('mcpu', '?')})")
+    from cdmpp.device import load_device
+
+    device = load_device(path)  # a corrupt device.json is a clear error naming the file
+    if device is not None:
+        return (f"{device.device_id} ({device.cpu_model}, {device.threads} threads, "
+                f"mcpu {device.target.get('mcpu', '?')})")
     targets = sorted({json.dumps(r.target, sort_keys=True) for r in db.records})
     shown = "; ".join(targets) or "none"
     return (f"no device.json; record targets: {shown}. The threads it was timed with are "

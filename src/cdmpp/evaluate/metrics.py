@@ -49,9 +49,20 @@ def relative_errors(y_true, y_pred) -> np.ndarray:
     return np.abs(p - t) / t
 
 
-def mape(y_true, y_pred) -> float:
-    """Mean absolute percentage error, as a fraction."""
-    return float(relative_errors(y_true, y_pred).mean())
+def _mean(values: np.ndarray, weight=None) -> float:
+    """Mean, or weighted mean with `weight` (one non-negative value per program)."""
+    if weight is None:
+        return float(values.mean())
+    w = np.asarray(weight, dtype=np.float64)
+    if w.shape != values.shape:
+        raise ValueError(f"weight must have one value per program ({len(values)}), "
+                         f"got shape {w.shape}")
+    return float(np.sum(w * values) / np.sum(w))
+
+
+def mape(y_true, y_pred, weight=None) -> float:
+    """Mean absolute percentage error, as a fraction (weighted by `weight` if given)."""
+    return _mean(relative_errors(y_true, y_pred), weight)
 
 
 def median_ape(y_true, y_pred) -> float:
@@ -66,10 +77,11 @@ def within(y_true, y_pred, tol: float = 0.10) -> float:
     return float(np.mean(relative_errors(y_true, y_pred) <= tol + 1e-12))
 
 
-def rmse_log(y_true, y_pred) -> float:
-    """RMSE of natural-log latency (scale-free, symmetric in over/under-prediction)."""
+def rmse_log(y_true, y_pred, weight=None) -> float:
+    """RMSE of natural-log latency (scale-free, symmetric in over/under-prediction; weighted
+    by `weight` if given)."""
     t, p = _latencies(y_true, y_pred)
-    return float(np.sqrt(np.mean((np.log(p) - np.log(t)) ** 2)))
+    return float(np.sqrt(_mean((np.log(p) - np.log(t)) ** 2, weight)))
 
 
 def top_k_score(y_true, y_pred, groups, k: int) -> float:

@@ -29,13 +29,12 @@ NORMALIZER_FILE = "normalizer.npz"
 def _val_metrics(y_true, y_pred, weight=None) -> dict:
     """Validation figures; the first is the one model selection minimizes. With `weight`,
     weighted by the samples' training weights (what the weights say matters, counts)."""
+    from cdmpp.evaluate.metrics import mape, rmse_log
+
     y_pred = np.clip(np.nan_to_num(y_pred, nan=1e9, posinf=1e9), 1e-12, None)
-    w = np.asarray(weight if weight is not None else np.ones(len(y_true)), dtype=np.float64)
-    if not w.sum() > 0:  # no weighted sample drawn into validation: judge all alike
-        w = np.ones(len(y_true))
-    log_err = np.log(y_pred) - np.log(y_true)
-    return {"rmse_log": float(np.sqrt(np.sum(w * log_err ** 2) / np.sum(w))),
-            "mape": float(np.sum(w * np.abs(y_pred - y_true) / y_true) / np.sum(w))}
+    if weight is not None and not np.sum(weight) > 0:  # no weighted sample in validation:
+        weight = None  # judge all alike
+    return {"rmse_log": rmse_log(y_true, y_pred, weight), "mape": mape(y_true, y_pred, weight)}
 
 
 def check_weight(weight, n: int) -> np.ndarray | None:
