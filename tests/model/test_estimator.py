@@ -183,6 +183,22 @@ def test_each_target_learns_and_persists(slice_data, tmp_path, target):
     np.testing.assert_array_equal(again.predict(test.programs), model.predict(test.programs))
 
 
+def test_mlp_leaf_embedding_learns_and_persists(slice_data, tmp_path):
+    from dataclasses import replace
+
+    train, test = slice_data
+    model = CDMPPRegressor(replace(TINY, embed_hidden=48), FAST).fit(train.programs,
+                                                                     train.latency_s)
+    assert model.net_.embed[0].out_features == 48
+    mean_guess = np.full(len(test.latency_s), np.exp(np.mean(np.log(train.latency_s))))
+    assert rmse_log(test.latency_s, model.predict(test.programs)) < \
+        rmse_log(test.latency_s, mean_guess)
+    model.save(tmp_path / "m")
+    again = CDMPPRegressor.load(tmp_path / "m")
+    assert again.model_config_.embed_hidden == 48
+    np.testing.assert_array_equal(again.predict(test.programs), model.predict(test.programs))
+
+
 def test_unknown_target_is_refused(slice_data):
     from dataclasses import replace
 

@@ -25,8 +25,9 @@ def add_parser(subparsers) -> None:
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
     p.add_argument("--model", default="default", metavar="MODEL",
-                   help="default (the shipped cdmpp model), xgb, mlp, or a directory written "
-                        "by save_estimator (default: %(default)s)")
+                   help="default (the shipped cdmpp model), xgb, ensemble (geometric mean of cdmpp "
+                        "and XGBoost), or a directory written by save_estimator "
+                        "(default: %(default)s)")
     p.add_argument("--measure", action="store_true",
                    help="also time the network with TVM's VM and each kernel on its own")
     p.add_argument("--json", metavar="OUT", default=None, help="write the result as JSON")

@@ -14,8 +14,9 @@ def add_parser(subparsers) -> None:
                     "measured_latency_s. Lines that are not records, or whose features cannot "
                     "be extracted, are reported on stderr and skipped.")
     p.add_argument("--model", default="default", metavar="MODEL",
-                   help="default (the shipped cdmpp model), xgb, mlp, or a directory written "
-                        "by save_estimator (default: %(default)s)")
+                   help="default (the shipped cdmpp model), xgb, ensemble (geometric mean of cdmpp "
+                        "and XGBoost), or a directory written by save_estimator "
+                        "(default: %(default)s)")
     p.add_argument("--db", action="append", default=None, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable; default: the "
                         "shipped sample data, held out from the shipped models' training)")

@@ -17,6 +17,9 @@ class ModelConfig:
     max_position: int = 1024  # largest leaf position the sinusoidal encoding is built for
     device_embed: int = 32
     head_hidden: tuple = (128, 64)
+    # hidden width of a two-layer MLP that embeds each leaf's features; 0: one linear layer
+    # (the MLP was better on one split and worse on the other, docs/model.md)
+    embed_hidden: int = 0
     # what the head predicts: "per_work": latency / the program's work (FLOPs + bytes,
     # `ProgramSet.work`), multiplied back at prediction; or "latency". per_work was better on
     # every metric on both splits (docs/model.md)

@@ -1,13 +1,14 @@
 """Saving and loading any estimator by directory, and the models shipped with cdmpp.
 
 An estimator directory holds:
-  estimator.json   {"kind": "cdmpp" | "xgb" | "mlp", "cdmpp_version", "feature_version",
-                    "created" (UTC, ISO 8601), "trained_on": {...} (what the caller passed)}
+  estimator.json   {"kind": "cdmpp" | "xgb" | "mlp" | "ensemble", "cdmpp_version",
+                    "feature_version", "created" (UTC, ISO 8601),
+                    "trained_on": {...} (what the caller passed)}
   model            the estimator's own files (`estimator.save(DIR / "model")`: a directory for
                    XGBoost, one file for the MLP)
 
     save_estimator(model, "runs/xgb-epyc", trained_on={"store": "...", "split": "random"})
-    model = load_estimator("runs/xgb-epyc")   # or "default", "xgb", "mlp": the shipped ones
+    model = load_estimator("runs/xgb-epyc")   # or a shipped name: "default", "xgb", ...
 
 Classes are imported only when a directory of their kind is loaded (torch and xgboost are
 heavy). Every class has `.save(path)` and the classmethod `.load(path)`.
@@ -32,9 +33,10 @@ KINDS = {
     "cdmpp": ("cdmpp.model.estimator", "CDMPPRegressor"),
     "xgb": ("cdmpp.baselines.xgb", "XGBBaseline"),
     "mlp": ("cdmpp.baselines.mlp", "MLPBaseline"),
+    "ensemble": ("cdmpp.model.ensemble", "EnsembleRegressor"),
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
-SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp"}
+SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp", "ensemble": "ensemble"}
 
 
 def estimator_class(kind: str):
@@ -121,7 +123,7 @@ def _fsync_tree(root: Path) -> None:
 
 
 def resolve(spec: str | Path) -> Path:
-    """The directory a model spec names: a shipped name ("default", "xgb", "mlp") or a path."""
+    """The directory a model spec names: a shipped name (`SHIPPED`) or a path."""
     if isinstance(spec, str) and spec in SHIPPED:
         path = SHIPPED_DIR / SHIPPED[spec]
         if not (path / META_FILE).is_file():
@@ -159,7 +161,8 @@ def read_meta(spec: str | Path) -> dict:
 
 def load_estimator(spec: str | Path, *, check_features: bool = True):
     """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
-    XGBoost baseline), "mlp" (the shipped MLP, if any) or a directory written by
+    XGBoost baseline), "ensemble" (the shipped geometric mean of cdmpp and XGBoost on latency
+    per work), "mlp" (the shipped MLP, if any) or a directory written by
     `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
 
     With `check_features`, a model trained on another feature-extractor version is refused:

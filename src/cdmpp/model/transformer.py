@@ -38,7 +38,9 @@ class CDMPPNet(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = c = config
-        self.embed = nn.Linear(c.n_features, c.d_model)
+        self.embed = (nn.Sequential(nn.Linear(c.n_features, c.embed_hidden), nn.GELU(),
+                                    nn.Linear(c.embed_hidden, c.d_model))
+                      if c.embed_hidden else nn.Linear(c.n_features, c.d_model))
         self.register_buffer("positions", sinusoidal_table(c.max_position, c.d_model),
                              persistent=False)
         layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout,

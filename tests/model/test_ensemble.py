@@ -1,0 +1,66 @@
+"""The geometric-mean ensemble: its prediction, fitting, persistence and errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cdmpp.baselines.xgb import XGBBaseline
+from cdmpp.dataset.programs import ProgramSet
+from cdmpp.model.ensemble import EnsembleRegressor
+from cdmpp.model.registry import load_estimator, save_estimator
+
+
+def _programs(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    feats = tuple(rng.random((int(k), 164), dtype=np.float32) for k in rng.integers(1, 6, n))
+    programs = ProgramSet(feats, tuple(np.arange(len(f), dtype=np.int32) for f in feats))
+    return programs, np.exp(programs.summed()[:, 0] / 10) * 1e-4
+
+
+class _Constant:
+    """A fitted stand-in predicting one latency for every program."""
+
+    def __init__(self, latency_s):
+        self.latency_s = latency_s
+
+    def predict(self, programs):
+        return np.full(len(programs), self.latency_s)
+
+
+def test_prediction_is_the_weighted_geometric_mean():
+    programs, _ = _programs(5)
+    ens = EnsembleRegressor.from_fitted([_Constant(1e-3), _Constant(4e-3)])
+    np.testing.assert_allclose(ens.predict(programs), 2e-3)
+    weighted = EnsembleRegressor.from_fitted([_Constant(1e-3), _Constant(8e-3)], weights=[2, 1])
+    np.testing.assert_allclose(weighted.predict(programs), 2e-3)  # (1e-3^2 * 8e-3)^(1/3)
+    assert weighted.weights_.sum() == pytest.approx(1.0)
+
+
+def test_fit_fits_every_member_and_round_trips(tmp_path):
+    programs, y = _programs()
+    ens = EnsembleRegressor([XGBBaseline(n_estimators=10, nthread=1),
+                             XGBBaseline(n_estimators=10, nthread=1, per_work=True)])
+    assert ens.fit(programs, y) is ens
+    members = [m.predict(programs) for m in ens.members_]
+    assert not np.allclose(members[0], members[1])  # two different models
+    np.testing.assert_allclose(ens.predict(programs), np.sqrt(members[0] * members[1]))
+    out = save_estimator(ens, tmp_path / "ens", trained_on={"records": len(y)})
+    loaded = load_estimator(out)
+    assert isinstance(loaded, EnsembleRegressor) and len(loaded.members_) == 2
+    np.testing.assert_array_equal(loaded.predict(programs), ens.predict(programs))
+
+
+def test_errors_are_clear(tmp_path):
+    programs, y = _programs(5)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        EnsembleRegressor([XGBBaseline()]).predict(programs)
+    with pytest.raises(ValueError, match="at least one member"):
+        EnsembleRegressor.from_fitted([])
+    with pytest.raises(ValueError, match="weights"):
+        EnsembleRegressor.from_fitted([_Constant(1.0)], weights=[1, 2])
+    with pytest.raises(ValueError, match="non-positive"):
+        EnsembleRegressor.from_fitted([_Constant(0.0)]).predict(programs)
+    (tmp_path / "x").mkdir()
+    with pytest.raises(FileNotFoundError, match="ensemble.json"):
+        EnsembleRegressor.load(tmp_path / "x")
