@@ -9,8 +9,8 @@ timed with TVM's default thread pool, a different device from our 2-thread colle
 Two splits of the same feature store: by network (the named networks held out; tasks they
 share with training networks go to neither side) and random (within tasks). For each: every
 model's test metrics (cdmpp, XGBoost on latency and on latency per work, MLP, and the
-geometric-mean ensemble of cdmpp and XGBoost per work), the label noise floor of the test records, the target ratios, and the
-training time of cdmpp.
+geometric-mean ensemble of cdmpp and XGBoost per work), the label noise floor of the test
+records, the target ratios, and the training time of cdmpp.
 Targets: by-network cdmpp MAPE <= 0.7 x XGBoost's and <= 1.5 x noise floor, top-1 >= 0.9;
 random cdmpp MAPE <= 1.2 x noise floor; training on 20,000 programs in <= 20 minutes.
 """
