@@ -47,6 +47,7 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
             "prediction_s": round(result.timings_s["prediction_s"], 3),
             "measure_s": round(time.perf_counter() - t2, 1),
             "noise_rel": result.measurement.measurement.noise_rel,
+            "host_slowdown": measurement.host_slowdown,
             "by_model": {m: {"predicted_s": r.predicted_s, "error_rel": r.error_rel}
                          for m, r in results.items()}}
 
@@ -105,7 +106,8 @@ def main() -> int:
             rows.append(run_one(models, name, batch, kernels=args.kernels,
                                 tuning_db=args.tuning_db, device=device))
             r = rows[-1]
-            print(f"{name} batch {batch}: measured {1e3 * r['measured_s']:.2f} ms; predicted "
+            print(f"{name} batch {batch}: measured {1e3 * r['measured_s']:.2f} ms (reference "
+                  f"kernel x{r['host_slowdown']:.2f} its best on this device); predicted "
                   + ", ".join(f"{m} {1e3 * p['predicted_s']:.2f} ms ({100 * p['error_rel']:+.1f}%)"
                               for m, p in r["by_model"].items()), file=sys.stderr, flush=True)
     print(table(rows))

@@ -16,3 +16,8 @@ def default_store_dir() -> Path:
     """The shared feature store: `$XDG_CACHE_HOME/cdmpp/features`, else
     `~/.cache/cdmpp/features`."""
     return cache_root() / "features"
+
+
+def device_dir(device_id: str, root: str | Path | None = None) -> Path:
+    """`<cache>/devices/<device_id>`: where a device's own data lives."""
+    return Path(root or cache_root()) / "devices" / device_id

@@ -55,10 +55,14 @@ def test_built_module_computes_what_torch_computes(lowered):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_measure_network_times_the_network_and_each_kernel(lowered, device):
+def test_measure_network_times_the_network_and_each_kernel(lowered, device, tmp_path,
+                                                          monkeypatch):
     from cdmpp.e2e.measure import measure_network
+    from cdmpp.measure.reference import REFERENCE_FILE
     from cdmpp.measure.timing import Protocol
+    from cdmpp.paths import device_dir
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     net = lowered("tiny_mlp")
     fast = Protocol(repeat=2, passes=2, max_extra_passes=0, min_repeat_ms=1)
     m = measure_network(net, device=device, protocol=fast, kernels=True)
@@ -66,6 +70,9 @@ def test_measure_network_times_the_network_and_each_kernel(lowered, device):
     assert len(m.measurement.run_secs) == 4 and len(m.measurement.passes) == 2
     assert set(m.kernel_s()) == {k.name for k in net.kernels} and not m.failed
     assert m.to_json()["network_timing"]["run_secs"] == list(m.measurement.run_secs)
+    # the first run on a device is its own reference: no slowdown; the best is kept
+    assert m.host_slowdown == 1.0 and m.to_json()["host_slowdown"] == 1.0
+    assert (device_dir(device.device_id) / REFERENCE_FILE).exists()
 
 
 def test_unknown_network_names_the_choices():

@@ -31,6 +31,16 @@ class NetworkMeasurement:
     measurement: Measurement  # the whole network: every repeat of every pass
     kernels: Mapping[str, Measurement] = field(default_factory=dict, hash=False)  # per call
     failed: Mapping[str, str] = field(default_factory=dict, hash=False)  # kernel -> error
+    reference_s: float | None = None  # the reference kernel's best time in this run
+    reference_best_s: float | None = None  # ... and on this device ever (measure.reference)
+
+    @property
+    def host_slowdown(self) -> float | None:
+        """How much slower the reference kernel ran in this run than its best on this device
+        (1.0: as fast as ever; 1.3: the whole run was ~30% slow), or None if unknown."""
+        if not self.reference_s or not self.reference_best_s:
+            return None
+        return self.reference_s / self.reference_best_s
 
     @property
     def latency_s(self) -> float:
@@ -48,7 +58,8 @@ class NetworkMeasurement:
         return {"network": self.network, "batch": self.batch, "device_id": self.device_id,
                 "threads": self.threads, "network_timing": one(self.measurement),
                 "kernels": {k: one(m) for k, m in self.kernels.items()},
-                "failed": dict(self.failed)}
+                "failed": dict(self.failed), "reference_s": self.reference_s,
+                "reference_best_s": self.reference_best_s, "host_slowdown": self.host_slowdown}
 
 
 class VMProgram:
@@ -122,6 +133,7 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
     tvm = import_tvm()
     from cdmpp.device import local_device
     from cdmpp.measure.collect import set_threads
+    from cdmpp.measure.reference import remember_reference
     from cdmpp.measure.timing import Protocol, Timer, random_args
 
     device = device or local_device()
@@ -149,4 +161,5 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
         else:
             per_kernel[name] = m
     return NetworkMeasurement(net.name, net.batch, device.device_id, device.threads, network,
-                              per_kernel, failed)
+                              per_kernel, failed, timer.ref_best_s,
+                              remember_reference(device.device_id, timer.ref_best_s))

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.e2e.replay import CallOverhead
-from cdmpp.paths import cache_root
+from cdmpp.paths import device_dir  # noqa: F401  (part of this module's API)
 
 OVERHEAD_FILE = "overhead.json"
 METHOD_VERSION = 1
@@ -38,11 +38,6 @@ METHOD = ("least-squares slopes of VM time vs chain length: L tiny kernels (minu
           "alone) and L reshape views; per-invoke = shortest kernel chain minus its calls; "
           "collector's timing protocol, minimum over every repeat of every pass")
 CHAIN_LENGTHS = (1, 64, 128)
-
-
-def device_dir(device_id: str, root: str | Path | None = None) -> Path:
-    """`<cache>/devices/<device_id>`: where a device's own data lives."""
-    return Path(root or cache_root()) / "devices" / device_id
 
 
 @dataclass(frozen=True)

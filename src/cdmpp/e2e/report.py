@@ -12,6 +12,18 @@ def _ms(x: float | None) -> str:
     return "" if x is None else f"{1e3 * x:.3f}"
 
 
+def slow_host_warning(measurement) -> list[str]:
+    """A warning line when the reference kernel says the whole measuring run was slow."""
+    from cdmpp.measure.reference import SLOW_RUN_REL
+
+    slowdown = getattr(measurement, "host_slowdown", None)
+    if slowdown is None or slowdown <= 1 + SLOW_RUN_REL:
+        return []
+    return [f"warning: the reference kernel ran {100 * (slowdown - 1):.0f}% slower during this "
+            "measurement than its best on this device: the host is busy and the measured time "
+            "is likely too high; measure again when it is quiet"]
+
+
 def format_table(result, top: int = 10) -> str:
     """Predicted (and measured) total, error, and the top kernels by predicted time."""
     name = result.network + (f" (batch {result.batch})" if result.batch else "")
@@ -21,6 +33,7 @@ def format_table(result, top: int = 10) -> str:
     if result.measured_s is not None:
         lines.append(f"measured   {_ms(result.measured_s)} ms")
         lines.append(f"error      {100 * result.error_rel:+.1f}%")
+        lines += slow_host_warning(result.measurement)
         if result.measured_kernels_replay_s is not None:
             replayed = result.measured_kernels_replay_s
             lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "

@@ -1,0 +1,39 @@
+"""The best time of the reference kernel ever seen on a device, kept across runs.
+
+Within a run, a pass is judged disturbed against the reference kernel's best time *in that run*
+(`timing.Timer`), so a run during which the shared host is slow throughout looks undisturbed.
+Comparing the run's best with the device's best ever tells how much slower the whole run was:
+measured here, the same tuned networks timed 13-69% slower in a run an hour after another.
+
+Kept in `<cache>/devices/<device_id>/reference.json` ({"best_s": ..., "updated": ...}).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from cdmpp.atomic import write_text_atomic
+from cdmpp.paths import device_dir
+
+REFERENCE_FILE = "reference.json"
+SLOW_RUN_REL = 0.10  # a run whose reference kernel is this much slower than its best: warn
+
+
+def remember_reference(device_id: str, run_best_s: float, root: str | Path | None = None) -> float:
+    """Record this run's best reference time; return the device's best ever (including it).
+    An unreadable file is replaced (it only ever holds a minimum)."""
+    if not run_best_s > 0:
+        raise ValueError(f"reference time must be positive, got {run_best_s}")
+    path = device_dir(device_id, root) / REFERENCE_FILE
+    try:
+        best = float(json.loads(path.read_text())["best_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        best = float("inf")
+    if run_best_s < best:
+        best = run_best_s
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        write_text_atomic(path, json.dumps({"device_id": device_id, "best_s": best,
+                                            "updated": now}) + "\n")
+    return best
