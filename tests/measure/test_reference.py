@@ -25,6 +25,13 @@ def test_the_best_time_is_kept_and_only_ever_lowered(tmp_path):
         remember_reference("dev1", 0.0, tmp_path)
 
 
+def test_an_unwritable_cache_does_not_lose_the_measurement(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert remember_reference("dev1", 2e-4, blocker) == 2e-4
+    assert "could not record" in capsys.readouterr().err
+
+
 def test_a_slow_run_is_flagged():
     def warn(slowdown):
         return slow_host_warning(SimpleNamespace(host_slowdown=slowdown))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import sys
 from pathlib import Path
 
 from cdmpp.atomic import write_text_atomic
@@ -23,7 +24,8 @@ SLOW_RUN_REL = 0.10  # a run whose reference kernel is this much slower than its
 
 def remember_reference(device_id: str, run_best_s: float, root: str | Path | None = None) -> float:
     """Record this run's best reference time; return the device's best ever (including it).
-    An unreadable file is replaced (it only ever holds a minimum)."""
+    An unreadable file is replaced (it only ever holds a minimum); a cache that cannot be
+    written is reported on stderr and the measurement goes on."""
     if not run_best_s > 0:
         raise ValueError(f"reference time must be positive, got {run_best_s}")
     path = device_dir(device_id, root) / REFERENCE_FILE
@@ -34,6 +36,10 @@ def remember_reference(device_id: str, run_best_s: float, root: str | Path | Non
     if run_best_s < best:
         best = run_best_s
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        write_text_atomic(path, json.dumps({"device_id": device_id, "best_s": best,
-                                            "updated": now}) + "\n")
+        try:
+            write_text_atomic(path, json.dumps({"device_id": device_id, "best_s": best,
+                                                "updated": now}) + "\n")
+        except OSError as e:  # a cache that cannot be written must not lose a measurement
+            print(f"cdmpp: could not record the reference time in {path}: {e}",
+                  file=sys.stderr)
     return best
