@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.e2e.replay import CallOverhead
-from cdmpp.paths import device_dir  # noqa: F401  (part of this module's API)
+from cdmpp.paths import device_dir
 
 OVERHEAD_FILE = "overhead.json"
 METHOD_VERSION = 1

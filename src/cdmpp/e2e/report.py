@@ -19,9 +19,9 @@ def slow_host_warning(measurement) -> list[str]:
     slowdown = getattr(measurement, "host_slowdown", None)
     if slowdown is None or slowdown <= 1 + SLOW_RUN_REL:
         return []
-    return [f"warning: the reference kernel ran {100 * (slowdown - 1):.0f}% slower during this "
-            "measurement than its best on this device: the host is busy and the measured time "
-            "is likely too high; measure again when it is quiet"]
+    return [(f"warning: the reference kernel ran {100 * (slowdown - 1):.0f}% slower during this "
+             "measurement than its best on this device: the host is busy and the measured time "
+             "is likely too high; measure again when it is quiet")]
 
 
 def format_table(result, top: int = 10) -> str:
