@@ -19,50 +19,43 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.baselines import BaselineMixin
+
 _FORMAT = 1
 _META = "ensemble.json"
 
 
-class EnsembleRegressor:
+class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted and score
+    _fitted_attr = "members_"
+
     def __init__(self, members=(), weights=None):
         self.members = list(members)
         self.weights = None if weights is None else list(weights)
 
-    def get_params(self) -> dict:
-        return {"members": self.members, "weights": self.weights}
-
-    def _set_members(self, members) -> None:
-        if not members:
+    def _set_members(self) -> None:
+        n = len(self.members)
+        if not n:
             raise ValueError("an ensemble needs at least one member")
-        w = np.ones(len(members)) if self.weights is None else np.asarray(self.weights, float)
-        if w.shape != (len(members),) or not np.all(np.isfinite(w)) or np.any(w < 0) \
-                or w.sum() <= 0:
-            raise ValueError(f"weights must be {len(members)} non-negative numbers, not all "
-                             f"zero; got {self.weights}")
-        self.members_ = list(members)
+        w = np.ones(n) if self.weights is None else np.asarray(self.weights, float)
+        if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError(f"weights must be {n} non-negative numbers, not all zero; got "
+                             f"{self.weights}")
+        self.members_ = list(self.members)
         self.weights_ = w / w.sum()
 
     def fit(self, programs, y, eval_set=None) -> "EnsembleRegressor":
         """Fit every member on `programs`, `y` (seconds); `eval_set` is passed to members."""
         for member in self.members:
-            if eval_set is None:
-                member.fit(programs, y)
-            else:
-                member.fit(programs, y, eval_set=eval_set)
-        self._set_members(self.members)
+            member.fit(programs, y, eval_set=eval_set)
+        self._set_members()
         return self
 
     @classmethod
     def from_fitted(cls, members, weights=None) -> "EnsembleRegressor":
         """An ensemble of members that are already fitted (nothing is retrained)."""
         ens = cls(members, weights)
-        ens._set_members(ens.members)
+        ens._set_members()
         return ens
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "members_"):
-            raise RuntimeError("this EnsembleRegressor is not fitted yet: call fit(), "
-                               "from_fitted() or load() first")
 
     def predict(self, programs) -> np.ndarray:
         """Latency in seconds: the weighted geometric mean of the members' predictions."""
@@ -77,12 +70,6 @@ class EnsembleRegressor:
                                  "non-positive or non-finite latency")
             log_sum += w * np.log(p)
         return np.exp(log_sum)
-
-    def score(self, programs, y) -> float:
-        """-MAPE (higher is better, sklearn's convention)."""
-        from cdmpp.evaluate.metrics import mape
-
-        return -mape(y, self.predict(programs))
 
     def save(self, path) -> Path:
         from cdmpp.model.registry import save_estimator
