@@ -67,6 +67,8 @@ def throughput(programs_per_task: int, tasks) -> dict:
     return {"programs": summary.ok + summary.failed, "failed": summary.failed,
             "seconds": round(summary.seconds, 1),
             "programs_per_hour": round(summary.programs_per_hour),
+            "stage_secs": {k: round(v, 1) for k, v in summary.stage_secs.items()},
+            "waited_s": round(summary.waited_s, 1),
             "noise_floor": summary.noise.to_json()}
 
 

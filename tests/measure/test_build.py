@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from cdmpp.device import local_device
-from cdmpp.measure.build import build_guarded, compiles_in_time
+from cdmpp.measure.build import build_guarded, build_many, compiles_in_time
 from cdmpp.measure.timing import random_args
 from cdmpp.tvm_env import import_tvm
 from conftest import MATMUL_64
@@ -35,3 +36,29 @@ def test_compiler_error_is_reported():
     bad_target = {"kind": "llvm", "mcpu": "not-a-cpu-at-all", "num-cores": 1}
     result = compiles_in_time("not a module", bad_target, timeout_s=60)
     assert not result.ok and result.error and not result.error.startswith("timeout")
+
+
+def test_build_many_keeps_order_and_goes_on_past_a_failure():
+    tvm = import_tvm()
+    good = _workload()
+    results = build_many([good, "not a module", good], local_device().target, timeout_s=60)
+    assert [r.ok for r in results] == [True, False, True]
+    assert results[1].error and results[1].module is None
+    args = random_args([["TENSOR", "float32", [64, 64]]] * 3, tvm.cpu())
+    for r in (results[0], results[2]):
+        r.module["main"](*args)
+        a, b, c = (x.numpy() for x in args)
+        np.testing.assert_allclose(c, a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def test_build_many_times_out_each_program_and_leaves_no_child():
+    import os
+
+    results = build_many([_workload()] * 3, local_device().target, timeout_s=0.001)
+    assert all(not r.ok and r.error.startswith("timeout") for r in results)
+    with pytest.raises(ChildProcessError):  # every guard child was reaped
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_build_many_of_nothing():
+    assert build_many([], local_device().target, timeout_s=1) == []

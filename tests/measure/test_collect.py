@@ -43,6 +43,10 @@ def test_collect_writes_a_database_tvm_reads(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["runs"][0]["measured"] == summary.ok
     assert summary.noise.n == summary.ok
+    assert set(manifest["runs"][0]["stage_secs"]) == {"sample", "build", "time", "write"}
+    stages = summary.stage_secs
+    assert all(v > 0 for v in stages.values()) and sum(stages.values()) <= summary.seconds
+    assert "time spent: sample" in str(summary)
 
 
 def test_recorded_trace_replays_to_the_measured_module(tmp_path):

@@ -17,6 +17,7 @@ failed) and re-times only the batch that was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from cdmpp.device import Device, claim_directory, local_device, save_device
 from cdmpp.measure import tvm_codec
-from cdmpp.measure.build import build_guarded
+from cdmpp.measure.build import build_many
 from cdmpp.measure.microbench import measure_device
 from cdmpp.atomic import write_text_atomic
 from cdmpp.measure.noise import NoiseFloor, noise_floor
@@ -39,6 +40,7 @@ from cdmpp.programs.sampling import Candidate, load_or_sample
 from cdmpp.tvm_env import import_tvm
 
 MANIFEST_FILE = "manifest.json"
+STAGES = ("sample", "build", "time", "write")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class CollectSummary:
     device_measured: dict | None = None  # {"peak_gflops", "memory_gbps"} if measured this run
     disturbed: int = 0  # records with no pass on an undisturbed machine (labels likely too high)
     waited_s: float = 0.0  # spent waiting for the machine to be quiet
+    # where the time went: sampling (and replaying) programs, building, timing (waits
+    # included), writing records
+    stage_secs: dict = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     measurements: list = field(default_factory=list, repr=False)
 
     @property
@@ -79,6 +84,9 @@ class CollectSummary:
                  f"already done; {self.seconds:.0f} s, {self.programs_per_hour:.0f} programs/hour"]
         if self.stopped_by_budget:
             lines.append("stopped at the time budget: run the same command again to resume")
+        if self.seconds:
+            lines.append("time spent: " + ", ".join(
+                f"{stage} {secs:.0f} s" for stage, secs in self.stage_secs.items()))
         if self.waited_s >= 1:
             lines.append(f"waited {self.waited_s:.0f} s for the machine to be quiet")
         if self.disturbed:
@@ -179,16 +187,28 @@ class _Run:
         return self.record_line(task, cand, entry["run_secs"])
 
     # -- one batch ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.summary.stage_secs[name] += time.monotonic() - start
+
     def build(self, task: Task, batch: list[Candidate]) -> list[tuple[Candidate, object, float]]:
         """(candidate, runtime module, build seconds) of the batch's programs that built."""
+        replayed = []
+        with self.stage("sample"):
+            for cand in batch:
+                try:
+                    replayed.append((cand, cand.module(self.workload(task))))
+                except Exception as e:  # noqa: BLE001
+                    self.fail(task, cand, "replay", f"{type(e).__name__}: {e}", 0.0)
+        with self.stage("build"):
+            results = build_many([mod for _, mod in replayed], self.target,
+                                 self.config.build_timeout_s)
         built = []
-        for cand in batch:
-            try:
-                mod = cand.module(self.workload(task))
-            except Exception as e:  # noqa: BLE001
-                self.fail(task, cand, "replay", f"{type(e).__name__}: {e}", 0.0)
-                continue
-            result = build_guarded(mod, self.target, self.config.build_timeout_s)
+        for (cand, _), result in zip(replayed, results):
             if result.ok:
                 built.append((cand, result.module, result.build_secs))
             else:
@@ -202,17 +222,20 @@ class _Run:
         self.summary.failed += 1
 
     def measure(self, task: Task, built, progress) -> None:
-        if self.timer is None:
-            self.timer = Timer(self.config.protocol, self.target)
-        programs = [(cand.key, rt_mod, random_args(cand.args_info_json, self.timer.device))
-                    for cand, rt_mod, _ in built]
-        results = self.timer.measure_batch(programs)
+        with self.stage("time"):
+            if self.timer is None:
+                self.timer = Timer(self.config.protocol, self.target)
+            programs = [(cand.key, rt_mod, random_args(cand.args_info_json, self.timer.device))
+                        for cand, rt_mod, _ in built]
+            results = self.timer.measure_batch(programs)
         for cand, _, build_secs in built:
             result = results[cand.key]
-            if isinstance(result, Exception):
-                self.fail(task, cand, "run", f"{type(result).__name__}: {result}", build_secs)
-            else:
-                self.commit(task, cand, result, build_secs)
+            with self.stage("write"):
+                if isinstance(result, Exception):
+                    self.fail(task, cand, "run", f"{type(result).__name__}: {result}",
+                              build_secs)
+                else:
+                    self.commit(task, cand, result, build_secs)
             progress.update(1)
             self.show_counts(progress)
 
@@ -258,7 +281,8 @@ class _Run:
             if self.over_budget(start):
                 self.summary.stopped_by_budget = True
                 break
-            todo = [c for c in self.candidates(task) if c.key not in done]
+            with self.stage("sample"):
+                todo = [c for c in self.candidates(task) if c.key not in done]
             progress.set_description(task.name)
             for i in range(0, len(todo), self.config.batch_size):
                 if self.over_budget(start):
@@ -317,6 +341,7 @@ def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
         "noise_floor": summary.noise.to_json() if summary.noise else None,
         "device_measured": summary.device_measured,
         "disturbed": summary.disturbed, "waited_s": round(summary.waited_s, 1),
+        "stage_secs": {k: round(v, 1) for k, v in summary.stage_secs.items()},
     })
 
 
