@@ -35,7 +35,8 @@ def test_catalog_covers_all_networks_and_families():
 
 def test_tasks_are_well_formed():
     for t in C.catalog():
-        assert t.networks and list(t.networks) == sorted(set(t.networks))
+        assert bool(t.networks) != (t.op == "matmul_bias")  # the sweep belongs to no network
+        assert list(t.networks) == sorted(set(t.networks))
         assert set(t.networks) <= set(C.NETWORKS)
         assert list(t.params) == sorted(t.params)
         assert all(isinstance(v, int) and v > 0 for k, v in t.params if k != "pad")
@@ -144,3 +145,37 @@ def test_prim_func_equals_measured_workload(name):
     line = (SHARED_DATA / name / "database_workload.json").read_text().splitlines()[0]
     measured = ms.database.Workload.from_json(parse(line)).mod["main"]
     assert tvm_ffi.structural_equal(C.get_task(name).prim_func(), measured)
+
+
+def test_matmul_bias_sweep_covers_every_k_n_pair_and_no_network():
+    sweep = C.select(ops=["matmul_bias"])
+    pairs = {(dict(t.params)["k"], dict(t.params)["n"]) for t in sweep}
+    assert pairs == {(k, n) for k in C.SWEEP_DIMS for n in C.SWEEP_DIMS}
+    assert len(sweep) == len(pairs) and all(not t.networks for t in sweep)
+    assert all(8 <= dict(t.params)["m"] <= 512 for t in sweep)
+    assert not set(C.select(networks=list(C.NETWORKS))) & set(sweep)
+
+
+def test_matmul_bias_has_the_features_of_relax_s_untuned_linear_kernel():
+    """The sweep stands for the Linear layers of imported networks: same per-store features
+    as the fused matmul + bias kernel TVM builds for tiny_mlp's last layer."""
+    import numpy as np
+
+    from cdmpp.device import local_device
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.features import extract
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    target = local_device().target
+    net = lower_network(import_network("tiny_mlp", 2), target)
+    linear = [k for k in net.kernels if k.name.startswith("fused_matmul") and "relu" not in k.name]
+    assert len(linear) == 1, [k.name for k in net.kernels]
+    kernel = extract(linear[0].func, target)
+    task = C.Task("x", "matmul_bias", (("k", 32), ("m", 2), ("n", 8)), ())
+    ours = extract(tvm.IRModule({"main": task.prim_func().with_attr("global_symbol", "main")}),
+                   target)
+    np.testing.assert_array_equal(ours.node_kind, kernel.node_kind)
+    np.testing.assert_array_equal(ours.node_extent, kernel.node_extent)
+    np.testing.assert_array_equal(ours.leaf_features, kernel.leaf_features)

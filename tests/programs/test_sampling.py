@@ -55,6 +55,7 @@ FAMILIES = [
     _tiny("global_avg_pool2d", n=1, c=32, h=7, w=7),
     _tiny("dense", m=16, k=64, n=32),
     _tiny("dense_bias_gelu", m=16, k=64, n=32),
+    _tiny("matmul_bias", m=16, k=64, n=32),
     _tiny("batch_matmul", b=2, m=16, k=32, n=16),
     _tiny("softmax", b=2, m=8, n=32),
     _tiny("layer_norm", m=8, n=64),

@@ -57,7 +57,7 @@ def print_catalog(tasks, header: str | None = None) -> None:
     print(header or f"catalog version {CATALOG_VERSION}: {len(tasks)} tasks")
     print(f"{'task':<34} {'op':<18} networks")
     for t in tasks:
-        print(f"{t.name:<34} {t.op:<18} {','.join(t.networks)}")
+        print(f"{t.name:<34} {t.op:<18} {','.join(t.networks) or '(sweep: no network)'}")
 
 
 def _kernel_tasks(args):

@@ -12,6 +12,14 @@ batch_matmul is `bmm_BxMxKxN` with Y stored [B, N, K] (QK^T is `bmm_12xSx64xS`, 
 when strided. `conv2d_bias_relu` (BN folded into the bias) is catalogued for the ResNets' 3x3
 convs, which also appear as plain `conv2d`; other conv-bn-relu layers appear as `conv2d` only.
 
+Beyond the networks, a sweep: `matmul_bias` (`matmulb_MxKxN`, the weight stored [K, N]) over
+every (K, N) pair of `SWEEP_DIMS`. Untuned, TVM runs each Linear layer of an imported network
+this way, reading the weight with a stride of N along the reduction, so its time per operation
+depends on K and N through cache conflicts (measured: BERT-base's 768->3072 layer runs 1.8x
+slower than its 3072->768 one, for the same work). Our networks hold three (K, N) pairs, too few
+to learn that from. Sweep tasks belong to no network (`networks` is empty): a by-network split
+keeps them on the training side.
+
 Not catalogued: GPT-2's 50257-way LM head (a 5-20 GFLOP dense that would dominate measuring),
 attention scaling/masking, and grouped convs (none of our networks has one).
 """
@@ -20,19 +28,22 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-CATALOG_VERSION = "1"
+CATALOG_VERSION = "2"  # 2: + the matmul_bias sweep
 NETWORKS = ("resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2", "vit_b16")
 OPS = (
     "conv2d", "conv2d_bias_relu", "depthwise_conv2d", "dense", "dense_bias_gelu",
     "batch_matmul", "softmax", "layer_norm", "max_pool2d", "global_avg_pool2d",
-    "add_relu", "add", "relu6",
+    "add_relu", "add", "relu6", "matmul_bias",
 )  # fmt: skip
 
 CNN_BATCHES = (1, 4)  # ResNets, MobileNet-V2 and ViT
 SEQ_LENGTHS = (64, 128, 256)  # BERT and GPT-2, batch 1
+SWEEP_DIMS = (256, 512, 768, 1024, 2048, 3072, 4096)  # K and N of the matmul_bias sweep
+SWEEP_MACS = 2**26  # M is the power of two nearest SWEEP_MACS / (K N), within [8, 512]
 
 Params = tuple[tuple[str, int], ...]
 Layer = tuple[str, Params]
@@ -195,6 +206,13 @@ def vit_b16(n: int) -> Iterator[Layer]:
     yield _dense(n, 768, 1000)  # head on the [CLS] token
 
 
+def linear_sweep() -> Iterator[Layer]:
+    for k in SWEEP_DIMS:
+        for n in SWEEP_DIMS:
+            m = min(512, max(8, 2 ** round(math.log2(SWEEP_MACS / (k * n)))))
+            yield _layer("matmul_bias", m=m, k=k, n=n)
+
+
 _NETWORK_LAYERS = {
     "resnet18": (functools.partial(_resnet, 18), CNN_BATCHES),
     "resnet50": (functools.partial(_resnet, 50), CNN_BATCHES),
@@ -226,6 +244,8 @@ def task_name(op: str, params: Params) -> str:
         return f"dwconv3x3_{_x(p['n'], p['c'], p['h'], p['w'])}_s{p['stride']}"
     if op in ("dense", "dense_bias_gelu"):
         return f"{'dense' if op == 'dense' else 'densegelu'}_{_x(p['m'], p['k'], p['n'])}"
+    if op == "matmul_bias":
+        return f"matmulb_{_x(p['m'], p['k'], p['n'])}"
     if op == "batch_matmul":
         return f"bmm_{_x(p['b'], p['m'], p['k'], p['n'])}"
     if op == "softmax":
@@ -252,6 +272,8 @@ def catalog() -> tuple[Task, ...]:
         for size in sizes:
             for layer in layers(size):
                 found.setdefault(layer, set()).add(network)
+    for layer in linear_sweep():
+        found.setdefault(layer, set())
     tasks = tuple(
         Task(task_name(op, params), op, params, tuple(sorted(nets)))
         for (op, params), nets in found.items()
@@ -347,6 +369,19 @@ def _dense_op(m, k, n, gelu=False):
     return te.create_prim_func([A, B, bias, te.compute((m, n), gelu_tanh, name="gelu")])
 
 
+def _matmul_bias(m, k, n):
+    """What Relax runs, untuned, for a Linear layer: `matmul` of A [M, K] and the weight
+    stored [K, N], then the bias added (the two blocks of its fused kernel)."""
+    te, topi = _te_topi()
+    # named as in Relax's kernels: TVM's per-store features order equal-sized buffers by name
+    A = te.placeholder((m, k), name="A")
+    W = te.placeholder((k, n), name="param_0")
+    bias = te.placeholder((n,), name="param_1")
+    r = te.reduce_axis((0, k), name="k")
+    out = te.compute((m, n), lambda i, j: te.sum(A[i, r] * W[r, j], axis=r), name="matmul")
+    return te.create_prim_func([A, W, bias, topi.add(out, bias)])
+
+
 def _batch_matmul(b, m, k, n):
     te, topi = _te_topi()
     X = te.placeholder((b, m, k), name="X")
@@ -408,6 +443,7 @@ _BUILDERS = {
     "dense": _dense_op,
     "dense_bias_gelu": functools.partial(_dense_op, gelu=True),
     "batch_matmul": _batch_matmul,
+    "matmul_bias": _matmul_bias,
     "softmax": _softmax,
     "layer_norm": _layer_norm,
     "max_pool2d": _max_pool2d,
