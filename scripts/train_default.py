@@ -91,6 +91,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--default-weight", type=float, default=DEFAULT_WEIGHT,
                         help="loss weight of each task's default (untuned) program")
+    parser.add_argument("--stride-alignment", action=argparse.BooleanOptionalAction,
+                        default=None, help="ModelConfig.stride_alignment (default: its default)")
     args = parser.parse_args()
 
     from dataclasses import replace
@@ -100,7 +102,7 @@ def main() -> int:
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
-    from cdmpp.model.config import TrainConfig
+    from cdmpp.model.config import ModelConfig, TrainConfig
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
     from cdmpp.model.registry import save_estimator
@@ -123,7 +125,9 @@ def main() -> int:
         config = replace(TrainConfig(), seed=args.seed,
                          **({"epochs": args.epochs} if args.epochs else {}))
         print(f"training on {len(rows)} records ({len(taken)} held out as sample data)")
-        model = CDMPPRegressor(train_config=config, progress=True).fit(
+        model_config = ModelConfig() if args.stride_alignment is None else replace(
+            ModelConfig(), stride_alignment=args.stride_alignment)
+        model = CDMPPRegressor(model_config, train_config=config, progress=True).fit(
             train.programs, train.latency_s, sample_weight=weight)
         save_estimator(model, ASSETS / "models" / "default", trained_on=info)
         xgb = make_baseline("xgb", seed=args.seed).fit(train.programs, train.latency_s)

@@ -199,6 +199,30 @@ def test_mlp_leaf_embedding_learns_and_persists(slice_data, tmp_path):
     np.testing.assert_array_equal(again.predict(test.programs), model.predict(test.programs))
 
 
+def test_stride_alignment_columns_learn_and_persist(slice_data, tmp_path):
+    from dataclasses import replace
+
+    from cdmpp.features.derived import N_DERIVED
+
+    train, test = slice_data
+    model = CDMPPRegressor(replace(TINY, stride_alignment=True), FAST).fit(train.programs,
+                                                                           train.latency_s)
+    width = train.programs.n_features + N_DERIVED
+    assert model.net_.embed.in_features == width == len(model.normalizer_.feature_min_)
+    mean_guess = np.full(len(test.latency_s), np.exp(np.mean(np.log(train.latency_s))))
+    assert rmse_log(test.latency_s, model.predict(test.programs)) < \
+        rmse_log(test.latency_s, mean_guess)
+    model.save(tmp_path / "m")
+    again = CDMPPRegressor.load(tmp_path / "m")
+    assert again.model_config_.stride_alignment
+    np.testing.assert_array_equal(again.predict(test.programs), model.predict(test.programs))
+
+
+def test_models_saved_before_stride_alignment_load_without_it():
+    old = {k: v for k, v in ModelConfig().to_json().items() if k != "stride_alignment"}
+    assert ModelConfig.from_json(old).stride_alignment is False
+
+
 def test_unknown_target_is_refused(slice_data):
     from dataclasses import replace
 

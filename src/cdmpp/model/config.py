@@ -24,6 +24,16 @@ class ModelConfig:
     # `ProgramSet.work`), multiplied back at prediction; or "latency". per_work was better on
     # every metric on both splits (docs/model.md)
     target: str = "per_work"
+    # append features.derived's columns (each buffer's stride alignment) to every leaf before
+    # normalizing; False in models saved before the option existed
+    stride_alignment: bool = False
+
+    @property
+    def input_width(self) -> int:
+        """Columns per leaf the network reads: the features, then the derived ones."""
+        from cdmpp.features.derived import N_DERIVED
+
+        return self.n_features + (N_DERIVED if self.stride_alignment else 0)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -37,6 +47,7 @@ class ModelConfig:
         if "head_hidden" in d:
             d["head_hidden"] = tuple(d["head_hidden"])
         d.setdefault("target", "latency")  # saved before the field existed: latency
+        d.setdefault("stride_alignment", False)  # likewise
         return cls(**d)
 
 

@@ -91,11 +91,20 @@ class CDMPPRegressor:
         if programs.n_features != self.model_config_.n_features:
             raise ValueError(f"programs have {programs.n_features} leaf features, the model "
                              f"takes {self.model_config_.n_features}")
-        feats = [self.normalizer_.transform_features(f) for f in programs.leaf_features]
+        feats = [self.normalizer_.transform_features(self._leaf_inputs(f))
+                 for f in programs.leaf_features]
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
         return TrainData(feats, [np.asarray(p) for p in programs.leaf_pos], target,
                          self._device_matrix(programs), weight)
+
+    def _leaf_inputs(self, leaf_features: np.ndarray) -> np.ndarray:
+        """One program's leaf rows as the network reads them (ModelConfig.stride_alignment)."""
+        if self.model_config_.stride_alignment:
+            from cdmpp.features.derived import with_derived
+
+            return with_derived(leaf_features)
+        return leaf_features
 
     def _scale(self, programs: ProgramSet):
         """What the head's prediction is multiplied by to give latency (ModelConfig.target)."""
@@ -172,8 +181,8 @@ class CDMPPRegressor:
         device_dim = 0 if programs.device is None else int(np.asarray(programs.device).shape[1])
         self.model_config_ = replace(self.model_config or ModelConfig(),
                                      n_features=programs.n_features, device_dim=device_dim)
-        self.normalizer_ = Normalizer().fit(np.concatenate(fit_set.leaf_features),
-                                            y_fit / self._scale(fit_set))
+        self.normalizer_ = Normalizer().fit(
+            self._leaf_inputs(np.concatenate(fit_set.leaf_features)), y_fit / self._scale(fit_set))
         if device_dim:
             dev = np.asarray(fit_set.device, dtype=np.float64)
             self.device_min_, self.device_max_ = dev.min(0), dev.max(0)

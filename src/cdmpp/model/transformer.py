@@ -38,9 +38,9 @@ class CDMPPNet(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = c = config
-        self.embed = (nn.Sequential(nn.Linear(c.n_features, c.embed_hidden), nn.GELU(),
+        self.embed = (nn.Sequential(nn.Linear(c.input_width, c.embed_hidden), nn.GELU(),
                                     nn.Linear(c.embed_hidden, c.d_model))
-                      if c.embed_hidden else nn.Linear(c.n_features, c.d_model))
+                      if c.embed_hidden else nn.Linear(c.input_width, c.d_model))
         self.register_buffer("positions", sinusoidal_table(c.max_position, c.d_model),
                              persistent=False)
         layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout,
@@ -51,7 +51,7 @@ class CDMPPNet(nn.Module):
                                if c.device_dim else None)
         # the leaves' features summed per program (what TenSet's models see), next to the
         # attention readout: the program's totals are hard to rebuild from mean and max
-        self.totals = nn.Sequential(nn.Linear(c.n_features + 1, c.d_model), nn.GELU())
+        self.totals = nn.Sequential(nn.Linear(c.input_width + 1, c.d_model), nn.GELU())
         head_in = 3 * c.d_model + (c.device_embed if c.device_dim else 0)
         self.head = mlp((head_in, *c.head_hidden, 1), c.dropout)
 
