@@ -149,10 +149,11 @@ def test_prim_func_equals_measured_workload(name):
 
 def test_matmul_bias_sweep_covers_every_k_n_pair_and_no_network():
     sweep = C.select(ops=["matmul_bias"])
-    pairs = {(dict(t.params)["k"], dict(t.params)["n"]) for t in sweep}
-    assert pairs == {(k, n) for k in C.SWEEP_DIMS for n in C.SWEEP_DIMS}
-    assert len(sweep) == len(pairs) and all(not t.networks for t in sweep)
-    assert all(8 <= dict(t.params)["m"] <= 512 for t in sweep)
+    pairs = [(dict(t.params)["k"], dict(t.params)["n"]) for t in sweep]
+    assert set(pairs) == {(k, n) for k in C.SWEEP_DIMS for n in C.SWEEP_DIMS}
+    assert all(pairs.count(p) == len(C.SWEEP_MACS) for p in pairs)  # one task per M
+    assert all(not t.networks for t in sweep)
+    assert all(8 <= dict(t.params)["m"] <= 2048 for t in sweep)
     assert not set(C.select(networks=list(C.NETWORKS))) & set(sweep)
 
 

@@ -13,7 +13,7 @@ when strided. `conv2d_bias_relu` (BN folded into the bias) is catalogued for the
 convs, which also appear as plain `conv2d`; other conv-bn-relu layers appear as `conv2d` only.
 
 Beyond the networks, a sweep: `matmul_bias` (`matmulb_MxKxN`, the weight stored [K, N]) over
-every (K, N) pair of `SWEEP_DIMS`. Untuned, TVM runs each Linear layer of an imported network
+every (K, N) pair of `SWEEP_DIMS`, at two token counts M. Untuned, TVM runs each Linear layer of an imported network
 this way, reading the weight with a stride of N along the reduction, so its time per operation
 depends on K and N through cache conflicts (measured: BERT-base's 768->3072 layer runs 1.8x
 slower than its 3072->768 one, for the same work). Our networks hold three (K, N) pairs, too few
@@ -43,7 +43,8 @@ OPS = (
 CNN_BATCHES = (1, 4)  # ResNets, MobileNet-V2 and ViT
 SEQ_LENGTHS = (64, 128, 256)  # BERT and GPT-2, batch 1
 SWEEP_DIMS = (256, 512, 768, 1024, 2048, 3072, 4096)  # K and N of the matmul_bias sweep
-SWEEP_MACS = 2**26  # M is the power of two nearest SWEEP_MACS / (K N), within [8, 512]
+# two M per (K, N): the power of two nearest each of SWEEP_MACS / (K N), within [8, 2048]
+SWEEP_MACS = (2**26, 2**28)
 
 Params = tuple[tuple[str, int], ...]
 Layer = tuple[str, Params]
@@ -207,10 +208,11 @@ def vit_b16(n: int) -> Iterator[Layer]:
 
 
 def linear_sweep() -> Iterator[Layer]:
-    for k in SWEEP_DIMS:
-        for n in SWEEP_DIMS:
-            m = min(512, max(8, 2 ** round(math.log2(SWEEP_MACS / (k * n)))))
-            yield _layer("matmul_bias", m=m, k=k, n=n)
+    for macs in SWEEP_MACS:
+        for k in SWEEP_DIMS:
+            for n in SWEEP_DIMS:
+                m = min(2048, max(8, 2 ** round(math.log2(macs / (k * n)))))
+                yield _layer("matmul_bias", m=m, k=k, n=n)
 
 
 _NETWORK_LAYERS = {
