@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -272,10 +273,16 @@ class _Run:
 
         start = self.start = time.monotonic()
         done = self.store.done_keys
-        total = len(self.tasks) * (self.config.programs_per_task + 1)
-        self.summary.already_done = sum(1 for k in done if task_of_key(k) in
-                                        {t.name for t in self.tasks})
-        progress = tqdm(total=max(total - self.summary.already_done, 0), unit="prog",
+        done_per_task = Counter(task_of_key(k) for k in done)
+        self.summary.already_done = sum(done_per_task[t.name] for t in self.tasks)
+        # to do per task: its default program, and the sampled ones up to programs_per_task
+        # (a task measured earlier with more than that has none left)
+        todo_total = 0
+        for t in self.tasks:
+            default_done = f"{t.name}/default" in done
+            sampled_done = done_per_task[t.name] - default_done
+            todo_total += (not default_done) + max(self.config.programs_per_task - sampled_done, 0)
+        progress = tqdm(total=todo_total, unit="prog",
                         disable=not progress_enabled, file=sys.stderr, smoothing=0.05)
         for task in self.tasks:
             if self.over_budget(start):
