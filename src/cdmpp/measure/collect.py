@@ -281,7 +281,8 @@ class _Run:
         for t in self.tasks:
             default_done = f"{t.name}/default" in done
             sampled_done = done_per_task[t.name] - default_done
-            todo_total += (not default_done) + max(self.config.programs_per_task - sampled_done, 0)
+            todo_total += (not default_done) + max(self.config.programs_per_task
+                                                   - sampled_done, 0)
         progress = tqdm(total=todo_total, unit="prog",
                         disable=not progress_enabled, file=sys.stderr, smoothing=0.05)
         for task in self.tasks:

@@ -13,12 +13,12 @@ when strided. `conv2d_bias_relu` (BN folded into the bias) is catalogued for the
 convs, which also appear as plain `conv2d`; other conv-bn-relu layers appear as `conv2d` only.
 
 Beyond the networks, a sweep: `matmul_bias` (`matmulb_MxKxN`, the weight stored [K, N]) over
-every (K, N) pair of `SWEEP_DIMS`, at two token counts M. Untuned, TVM runs each Linear layer of an imported network
-this way, reading the weight with a stride of N along the reduction, so its time per operation
-depends on K and N through cache conflicts (measured: BERT-base's 768->3072 layer runs 1.8x
-slower than its 3072->768 one, for the same work). Our networks hold three (K, N) pairs, too few
-to learn that from. Sweep tasks belong to no network (`networks` is empty): a by-network split
-keeps them on the training side.
+every (K, N) pair of `SWEEP_DIMS`, at two token counts M. Untuned, TVM runs each Linear layer of
+an imported network this way, reading the weight with a stride of N along the reduction, so its
+time per operation depends on K and N through cache conflicts (measured: BERT-base's 768->3072
+layer runs 1.8x slower than its 3072->768 one, for the same work). Our networks hold three
+(K, N) pairs, too few to learn that from. Sweep tasks belong to no network (`networks` is
+empty): a by-network split keeps them on the training side.
 
 Not catalogued: GPT-2's 50257-way LM head (a 5-20 GFLOP dense that would dominate measuring),
 attention scaling/masking, and grouped convs (none of our networks has one).
