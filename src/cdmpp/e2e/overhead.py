@@ -22,13 +22,13 @@ Stored as `<cache>/devices/<device_id>/overhead.json` beside that device's `devi
 
 from __future__ import annotations
 
-import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from cdmpp.clock import now_iso
 from cdmpp.e2e.replay import CallOverhead
 from cdmpp.paths import device_dir
 
@@ -145,7 +145,7 @@ def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None) -> 
     overhead = CallOverhead(per_call, per_builtin, max(per_invoke, 0.0))
     return OverheadCalibration(
         device.device_id, device.threads, overhead, METHOD_VERSION,
-        datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        now_iso(),
         tuple(int(n) for n in lengths), kernel_chain, view_chain, tiny_s,
         {key: list(m.run_secs) for key, m in results.items()})
 

@@ -18,7 +18,6 @@ failed) and re-times only the batch that was interrupted.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cdmpp.clock import now_iso
 from cdmpp.device import Device, claim_directory, local_device, save_device
 from cdmpp.measure import tvm_codec
 from cdmpp.measure.build import build_many
@@ -324,10 +324,6 @@ def _programs_dir(programs_from: str | None) -> Path | None:
         raise ValueError(f"--programs-from {path}: no candidates/ directory there; give the "
                          "--out directory of an earlier collect run")
     return path
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def append_manifest_run(out: Path, run: dict) -> None:

@@ -10,12 +10,12 @@ Kept in `<cache>/devices/<device_id>/reference.json` ({"best_s": ..., "updated":
 
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from pathlib import Path
 
 from cdmpp.atomic import write_text_atomic
+from cdmpp.clock import now_iso
 from cdmpp.paths import device_dir
 
 REFERENCE_FILE = "reference.json"
@@ -35,10 +35,9 @@ def remember_reference(device_id: str, run_best_s: float, root: str | Path | Non
         best = float("inf")
     if run_best_s < best:
         best = run_best_s
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         try:
             write_text_atomic(path, json.dumps({"device_id": device_id, "best_s": best,
-                                                "updated": now}) + "\n")
+                                                "updated": now_iso()}) + "\n")
         except OSError as e:  # a cache that cannot be written must not lose a measurement
             print(f"cdmpp: could not record the reference time in {path}: {e}",
                   file=sys.stderr)

@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdmpp.clock import now_iso
 from cdmpp.measure.build import build_guarded
 from cdmpp.measure.database import _measurement
-from cdmpp.measure.collect import (CollectConfig, _Run, append_manifest_run, now_iso,
-                                   task_of_key)
+from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, task_of_key
 from cdmpp.measure.timing import Timer, random_args
 from cdmpp.programs.sampling import load_candidates
 from cdmpp.types import Measurement

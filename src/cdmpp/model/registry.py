@@ -16,13 +16,13 @@ heavy). Every class has `.save(path)` and the classmethod `.load(path)`.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import shutil
 from pathlib import Path
 
 import cdmpp
+from cdmpp.clock import now_iso
 
 SHIPPED_DIR = Path(cdmpp.__file__).parent / "assets" / "models"
 META_FILE = "estimator.json"
@@ -98,7 +98,7 @@ def save_estimator(estimator, directory, *, trained_on: dict | None = None,
         estimator.save(tmp / MODEL_NAME)
         meta = {"kind": kind, "cdmpp_version": cdmpp.__version__,
                 "feature_version": _feature_version(),
-                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "created": now_iso(),
                 "trained_on": dict(trained_on or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str) + "\n")
         _fsync_tree(tmp)
