@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.clock import now_iso
-from cdmpp.measure.build import build_guarded
+from cdmpp.measure.build import build_many
 from cdmpp.measure.database import _measurement
 from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, task_of_key
 from cdmpp.measure.timing import Timer, random_args
@@ -115,7 +115,7 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
         if run.over_budget(start):
             summary.stopped_by_budget = True
             break
-        built = []
+        chosen = []
         for entry in todo[i:i + config.batch_size]:
             task = by_name[task_of_key(entry["key"])]
             if task.name not in programs:
@@ -126,12 +126,12 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
             if cand is None or entry.get("repeats_per_pass") != protocol.repeat:
                 summary.missing += 1
                 continue
-            result = build_guarded(cand.module(run.workload(task)), run.target,
-                                   config.build_timeout_s)
-            if result.ok:
-                built.append((entry, task, cand, result.module))
-            else:
-                summary.failed += 1
+            chosen.append((entry, task, cand))
+        results = build_many([cand.module(run.workload(task)) for _, task, cand in chosen],
+                             run.target, config.build_timeout_s)
+        built = [(entry, task, cand, result.module)
+                 for (entry, task, cand), result in zip(chosen, results) if result.ok]
+        summary.failed += len(chosen) - len(built)
         timer = timer or Timer(protocol, run.target)
         results = timer.measure_batch([(c.key, mod, random_args(c.args_info_json, timer.device))
                                        for _, _, c, mod in built])
