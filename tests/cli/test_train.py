@@ -34,3 +34,35 @@ def test_train_refuses_two_devices_and_trains_on_the_chosen_one(tmp_path, capsys
     assert meta["trained_on"]["device_id"] == ours_id
     assert meta["trained_on"]["records"] == 4
     assert meta["trained_on"]["default_weight"] == 5.0
+
+
+def test_seeds_trains_one_member_per_seed_and_saves_their_ensemble(tmp_path, capsys):
+    import numpy as np
+
+    from cdmpp.dataset.loader import programs_for_rows
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.registry import load_estimator
+
+    db = shutil.copytree(FIXTURES / "dense_64x768x768", tmp_path / "dense_64x768x768")
+    out = tmp_path / "model"
+    args = ["train", "--data", str(db), "--store", str(tmp_path / "store"), "--epochs", "2",
+            "--workers", "1", "--out", str(out), "--seed", "3", "--seeds", "2"]
+    assert main(args) == 0
+    model = load_estimator(out)
+    assert isinstance(model, EnsembleRegressor)
+    assert [m.train_config_.seed for m in model.members_] == [3, 4]
+    assert all(isinstance(m, CDMPPRegressor) for m in model.members_)
+    assert json.loads((out / "estimator.json").read_text())["trained_on"]["seeds"] == [3, 4]
+    assert not (tmp_path / "model.partial").exists()
+
+    store = FeatureStore(tmp_path / "store")
+    samples = store.samples()
+    programs = programs_for_rows(store, samples, np.arange(samples.num_rows))
+    a, b = (m.predict(programs) for m in model.members_)
+    assert not np.allclose(a, b)  # two seeds, two models
+    np.testing.assert_allclose(model.predict(programs), np.sqrt(a * b), rtol=1e-6)
+
+    assert main(args[:-1] + ["0"]) == 2
+    assert "--seeds must be at least 1" in capsys.readouterr().err
