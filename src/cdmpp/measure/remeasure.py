@@ -127,10 +127,10 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
                 summary.missing += 1
                 continue
             chosen.append((entry, task, cand))
-        results = build_many([cand.module(run.workload(task)) for _, task, cand in chosen],
-                             run.target, config.build_timeout_s)
-        built = [(entry, task, cand, result.module)
-                 for (entry, task, cand), result in zip(chosen, results) if result.ok]
+        builds = build_many([cand.module(run.workload(task)) for _, task, cand in chosen],
+                            run.target, config.build_timeout_s)
+        built = [(entry, task, cand, b.module)
+                 for (entry, task, cand), b in zip(chosen, builds) if b.ok]
         summary.failed += len(chosen) - len(built)
         timer = timer or Timer(protocol, run.target)
         results = timer.measure_batch([(c.key, mod, random_args(c.args_info_json, timer.device))
