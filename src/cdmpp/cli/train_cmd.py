@@ -95,20 +95,19 @@ def run_train(args) -> int:
     weight = None
     if args.default_weight != 1.0:
         weight = np.where(default_program_mask(samples, train_rows), args.default_weight, 1.0)
-    members = []
-    for seed in range(args.seed, args.seed + args.seeds):
+    config, seeds, members = _train_config(args), range(args.seed, args.seed + args.seeds), []
+    for i, seed in enumerate(seeds, 1):
         # one checkpoint directory per seed: an interrupted run resumes the seed it was on
-        ckpt = checkpoints / f"seed-{seed}" if args.seeds > 1 else checkpoints
+        ckpt = checkpoints / f"seed-{seed}" if len(seeds) > 1 else checkpoints
         ckpt.mkdir(parents=True, exist_ok=True)
-        if args.seeds > 1:
-            print(f"seed {seed} ({seed - args.seed + 1} of {args.seeds})", file=sys.stderr)
-        member = CDMPPRegressor(train_config=replace(_train_config(args), seed=seed),
+        if len(seeds) > 1:
+            print(f"seed {seed} ({i} of {len(seeds)})", file=sys.stderr)
+        member = CDMPPRegressor(train_config=replace(config, seed=seed),
                                 checkpoint_dir=str(ckpt), progress=True)
         members.append(member.fit(train.programs, train.latency_s, sample_weight=weight))
     model = members[0] if len(members) == 1 else EnsembleRegressor.from_fitted(members)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
-                  "default_weight": args.default_weight,
-                  "seeds": list(range(args.seed, args.seed + args.seeds)),
+                  "default_weight": args.default_weight, "seeds": list(seeds),
                   "device_id": samples.column("device_id")[0].as_py(),
                   "split": split.name if split else None}
     save_estimator(model, args.out, trained_on=trained_on)

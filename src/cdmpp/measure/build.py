@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from cdmpp.tvm_env import import_tvm
 
 _POLL_S = 0.005
-ENTRY = "main"  # the function the collector times (its workloads' global symbol)
+ENTRY = "main"  # the function the timer times (the workloads' global symbol)
 
 
 @dataclass(frozen=True)

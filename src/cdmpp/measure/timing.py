@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from cdmpp.measure.build import ENTRY
 from cdmpp.tvm_env import import_tvm
 from cdmpp.types import Measurement, PassStats
 
@@ -88,7 +89,7 @@ class Timer:
         self.protocol = protocol
         self.device = tvm.cpu()
         ref_mod, ref_args = reference_kernel(target)
-        self._ref = ref_mod.time_evaluator("main", self.device, number=1, repeat=1,
+        self._ref = ref_mod.time_evaluator(ENTRY, self.device, number=1, repeat=1,
                                            min_repeat_ms=5)
         self._ref_args = random_args(ref_args, self.device)
         self.ref_best_s = min(self._time_ref() for _ in range(5))
@@ -119,7 +120,7 @@ class Timer:
     def evaluator(self, rt_mod) -> Callable:
         p = self.protocol
         extra = {"f_preproc": "cache_flush_cpu_non_first_arg"} if p.flush_cache else {}
-        return rt_mod.time_evaluator("main", self.device, number=p.number, repeat=p.repeat,
+        return rt_mod.time_evaluator(ENTRY, self.device, number=p.number, repeat=p.repeat,
                                      min_repeat_ms=p.min_repeat_ms, **extra)
 
     def one_pass(self, evaluator, args) -> PassStats:
