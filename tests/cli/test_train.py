@@ -66,3 +66,16 @@ def test_seeds_trains_one_member_per_seed_and_saves_their_ensemble(tmp_path, cap
 
     assert main(args[:-1] + ["0"]) == 2
     assert "--seeds must be at least 1" in capsys.readouterr().err
+
+
+def test_refit_trains_again_for_the_chosen_epochs(tmp_path):
+    from cdmpp.model.registry import load_estimator
+
+    db = shutil.copytree(FIXTURES / "dense_64x768x768", tmp_path / "dense_64x768x768")
+    out = tmp_path / "model"
+    assert main(["train", "--data", str(db), "--store", str(tmp_path / "store"), "--epochs", "3",
+                 "--workers", "1", "--out", str(out), "--refit"]) == 0
+    model = load_estimator(out)
+    assert model.train_config_.refit
+    assert model.refit_epochs_ == model.history_.best_epoch + 1 >= 1
+    assert len(model.history_.refit_train_loss) == model.refit_epochs_

@@ -269,3 +269,76 @@ def test_sample_weights_decide_which_labels_the_model_fits(slice_data):
     second = CDMPPRegressor(TINY, FAST).fit(twice, y, sample_weight=np.r_[np.zeros(n), np.ones(n)])
     ratio = np.median(second.predict(p) / first.predict(p))
     assert 2.0 < ratio < 4.5
+
+
+@pytest.fixture(scope="module")
+def refitted(slice_data):
+    train, _ = slice_data
+    return CDMPPRegressor(TINY, TrainConfig(**{**FAST.to_json(), "refit": True})).fit(
+        train.programs, train.latency_s)
+
+
+def test_refit_trains_on_the_validation_records_for_the_chosen_epochs(fitted, refitted,
+                                                                      slice_data):
+    from cdmpp.dataset.normalize import Normalizer
+
+    train, _ = slice_data
+    # the same seed carves the same validation records in both fits
+    _, _, val, y_val, _, _ = CDMPPRegressor._carve(train.programs, train.latency_s, None, FAST)
+    assert refitted.refit_epochs_ == refitted.history_.best_epoch + 1 > 0
+    assert len(refitted.history_.refit_train_loss) == refitted.refit_epochs_
+    assert fitted.refit_epochs_ == 0 and not fitted.history_.refit_train_loss
+    # the refit sees the validation tenth: it fits those records better than the model that
+    # only selected its epoch on them
+    assert rmse_log(y_val, refitted.predict(val)) < rmse_log(y_val, fitted.predict(val))
+    # ... and its normalizer comes from all the training records
+    whole = Normalizer().fit(np.concatenate(train.programs.leaf_features),
+                             train.latency_s / refitted._scale(train.programs))
+    np.testing.assert_allclose(refitted.normalizer_.target_mean_, whole.target_mean_)
+
+
+def test_refit_persists(refitted, slice_data, tmp_path):
+    _, test = slice_data
+    refitted.save(tmp_path / "m")
+    again = CDMPPRegressor.load(tmp_path / "m")
+    assert again.refit_epochs_ == refitted.refit_epochs_
+    assert again.train_config_.refit
+    np.testing.assert_array_equal(again.predict(test.programs), refitted.predict(test.programs))
+
+
+def test_no_refit_with_a_given_validation_set(slice_data):
+    train, test = slice_data
+    model = CDMPPRegressor(TINY, TrainConfig(**{**FAST.to_json(), "epochs": 3, "refit": True}))
+    model.fit(train.programs, train.latency_s, eval_set=(train.programs, train.latency_s))
+    assert model.refit_epochs_ == 0  # everything given was trained on already
+
+
+def test_an_interrupted_refit_resumes_to_the_same_model(slice_data, tmp_path):
+    import cdmpp.train.loop as loop
+
+    train, test = slice_data
+    short = TrainConfig(**{**FAST.to_json(), "epochs": 4, "refit": True})
+    whole = CDMPPRegressor(TINY, short, checkpoint_dir=str(tmp_path / "a")).fit(
+        train.programs, train.latency_s)
+    calls = {"n": 0}
+    real = loop.length_bucketed
+
+    def interrupt(*args, **kwargs):  # called once per epoch: 4 to select, then the refit's
+        calls["n"] += 1
+        if calls["n"] == 4 + 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    loop.length_bucketed = interrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            CDMPPRegressor(TINY, short, checkpoint_dir=str(tmp_path / "b")).fit(
+                train.programs, train.latency_s)
+    finally:
+        loop.length_bucketed = real
+    assert (tmp_path / "b" / "refit").is_dir()  # the refit had started and saved an epoch
+    resumed = CDMPPRegressor(TINY, short, checkpoint_dir=str(tmp_path / "b")).fit(
+        train.programs, train.latency_s)
+    assert resumed.refit_epochs_ == whole.refit_epochs_
+    np.testing.assert_allclose(resumed.predict(test.programs), whole.predict(test.programs),
+                               rtol=1e-5)

@@ -13,6 +13,9 @@ def _common(p) -> None:
                    help="feature store (default: ~/.cache/cdmpp/features)")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--refit", action="store_true",
+                   help="after the validation tenth has chosen the epoch count, train again on "
+                        "all the training data for that many epochs (twice the training time)")
     p.add_argument("--workers", type=int, default=None, help="feature extraction processes")
     p.add_argument("--device", default=None, metavar="ID",
                    help="use only this device's records (needed when the databases hold several)")
@@ -55,7 +58,7 @@ def _train_config(args):
 
     from cdmpp.model.config import TrainConfig
 
-    config = replace(TrainConfig(), seed=args.seed)
+    config = replace(TrainConfig(), seed=args.seed, refit=args.refit)
     return replace(config, epochs=args.epochs) if args.epochs else config
 
 

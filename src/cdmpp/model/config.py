@@ -66,6 +66,11 @@ class TrainConfig:
     mape_weight: float = 0.0  # extra weight of MAPE on latency (differentiable inverse Box-Cox)
     val_fraction: float = 0.1  # validation carved from the training side, by record
     patience: int = 40  # epochs without validation improvement before stopping
+    # after the validation set chose the epoch count, train again from the same seed on all the
+    # training data (the validation tenth included) for that many epochs: the carved tenth
+    # otherwise never teaches the model, and a rare program in it (one untuned kernel of a
+    # network) is then mispredicted in sample (docs/model.md, "Refit")
+    refit: bool = False
     adapt: str | None = None  # domain adaptation distance: "cmd" or "mmd" (needs unlabeled data)
     adapt_weight: float = 0.1  # loss = task loss + adapt_weight * distance(source, target)
     seed: int = 0

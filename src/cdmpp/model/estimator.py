@@ -143,22 +143,54 @@ class CDMPPRegressor:
         return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows), y[val_rows],
                 *((None, None) if weight is None else (weight[fit_rows], weight[val_rows])))
 
-    def _train(self, fit_set, y_fit, val_set, y_val, tc: TrainConfig, unlabeled,
-               keep_initial: bool = False, w_fit=None, w_val=None) -> None:
+    def _loss(self, tc: TrainConfig):
         from cdmpp.model.losses import make_loss
-        from cdmpp.train.loop import train_network
 
         n = self.normalizer_
-        loss_fn = make_loss(tc.loss, tc.mape_weight, (n.boxcox_lambda_, n.target_mean_,
-                                                      n.target_std_))
+        return make_loss(tc.loss, tc.mape_weight, (n.boxcox_lambda_, n.target_mean_,
+                                                   n.target_std_))
+
+    def _train(self, fit_set, y_fit, val_set, y_val, tc: TrainConfig, unlabeled,
+               keep_initial: bool = False, w_fit=None, w_val=None) -> None:
+        from cdmpp.train.loop import train_network
+
         val_scale = self._scale(val_set)
         self.history_ = train_network(
-            self.net_, self._data(fit_set, y_fit, w_fit), self._data(val_set, y_val), tc, loss_fn,
+            self.net_, self._data(fit_set, y_fit, w_fit), self._data(val_set, y_val), tc,
+            self._loss(tc),
             lambda z: _val_metrics(y_val, self.normalizer_.inverse_target(z) * val_scale, w_val),
             checkpoint_dir=self.checkpoint_dir, progress=self.progress,
             unlabeled=None if unlabeled is None else self._data(unlabeled),
             keep_initial=keep_initial)
         self.train_config_ = tc
+
+    def _fit_scalers(self, programs: ProgramSet, y) -> None:
+        """Feature normalizer, target transform and device scaling, from `programs` only."""
+        self.normalizer_ = Normalizer().fit(
+            self._leaf_inputs(np.concatenate(programs.leaf_features)), y / self._scale(programs))
+        if self.model_config_.device_dim:
+            dev = np.asarray(programs.device, dtype=np.float64)
+            self.device_min_, self.device_max_ = dev.min(0), dev.max(0)
+
+    def _refit(self, programs: ProgramSet, y, weight, tc: TrainConfig, unlabeled) -> None:
+        """Train again on all of `programs` for the epoch count the validation set chose."""
+        import torch
+
+        from cdmpp.model.transformer import CDMPPNet
+        from cdmpp.train.loop import train_network
+
+        self.refit_epochs_ = self.history_.best_epoch + 1
+        self._fit_scalers(programs, y)
+        torch.manual_seed(tc.seed)
+        self.net_ = CDMPPNet(self.model_config_)
+        ckpt = None if self.checkpoint_dir is None else Path(self.checkpoint_dir) / "refit"
+        refit = train_network(
+            self.net_, self._data(programs, y, weight), None, tc, self._loss(tc), None,
+            checkpoint_dir=ckpt, progress=self.progress,
+            unlabeled=None if unlabeled is None else self._data(unlabeled),
+            n_epochs=self.refit_epochs_)
+        self.history_.refit_train_loss = refit.train_loss
+        self.net_.eval()
 
     def fit(self, programs: ProgramSet, y, eval_set=None,
             unlabeled: ProgramSet | None = None, sample_weight=None) -> "CDMPPRegressor":
@@ -181,14 +213,16 @@ class CDMPPRegressor:
         device_dim = 0 if programs.device is None else int(np.asarray(programs.device).shape[1])
         self.model_config_ = replace(self.model_config or ModelConfig(),
                                      n_features=programs.n_features, device_dim=device_dim)
-        self.normalizer_ = Normalizer().fit(
-            self._leaf_inputs(np.concatenate(fit_set.leaf_features)), y_fit / self._scale(fit_set))
-        if device_dim:
-            dev = np.asarray(fit_set.device, dtype=np.float64)
-            self.device_min_, self.device_max_ = dev.min(0), dev.max(0)
+        self._fit_scalers(fit_set, y_fit)
         torch.manual_seed(tc.seed)
         self.net_ = CDMPPNet(self.model_config_)
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, w_fit=w_fit, w_val=w_val)
+        self.refit_epochs_ = 0
+        if tc.refit and eval_set is None:
+            from cdmpp.baselines import check_latency
+
+            self._refit(programs, check_latency(y, len(programs)),
+                        check_weight(sample_weight, len(programs)), tc, unlabeled)
         return self
 
     def fine_tune(self, programs: ProgramSet, y, train_config: TrainConfig | None = None,
@@ -273,7 +307,9 @@ class CDMPPRegressor:
                   "feature_version": FEATURE_VERSION,
                   "history": {"val_metric": self.history_.val_metric,
                               "train_loss": self.history_.train_loss,
-                              "best_epoch": self.history_.best_epoch}}
+                              "best_epoch": self.history_.best_epoch,
+                              "refit_epochs": getattr(self, "refit_epochs_", 0),
+                              "refit_train_loss": self.history_.refit_train_loss}}
         if self.model_config_.device_dim:
             config["device_min"] = self.device_min_.tolist()
             config["device_max"] = self.device_max_.tolist()
@@ -313,7 +349,9 @@ class CDMPPRegressor:
         h = config.get("history", {})
         model.history_ = History(train_loss=h.get("train_loss", []),
                                  val_metric=h.get("val_metric", []),
-                                 best_epoch=h.get("best_epoch", -1))
+                                 best_epoch=h.get("best_epoch", -1),
+                                 refit_train_loss=h.get("refit_train_loss", []))
+        model.refit_epochs_ = h.get("refit_epochs", 0)
         if model.model_config_.device_dim:
             model.device_min_ = np.asarray(config["device_min"])
             model.device_max_ = np.asarray(config["device_max"])

@@ -48,6 +48,7 @@ class History:
     lr: list = field(default_factory=list)
     seconds: list = field(default_factory=list)
     best_epoch: int = -1
+    refit_train_loss: list = field(default_factory=list)  # per epoch of a refit (TrainConfig.refit)
 
 
 def predict_network(net, data: TrainData, batch_size: int = 1024) -> np.ndarray:
@@ -76,12 +77,15 @@ def _save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
-                  loss_fn: Callable, val_metrics: Callable[[np.ndarray], dict],
+def train_network(net, train: TrainData, val: TrainData | None, config: TrainConfig,
+                  loss_fn: Callable, val_metrics: Callable[[np.ndarray], dict] | None,
                   checkpoint_dir: str | Path | None = None, progress: bool = True,
                   log=None, unlabeled: TrainData | None = None,
-                  keep_initial: bool = False) -> History:
+                  keep_initial: bool = False, n_epochs: int | None = None) -> History:
     """Train `net` in place; on return it holds the weights of the best validation epoch.
+
+    Without `val` (a refit, `TrainConfig.refit`), it trains for `n_epochs` epochs of the same
+    learning-rate schedule, with no validation and no early stop, and keeps the last weights.
 
     With `config.adapt` ("cmd" or "mmd"), every training batch is paired with a random batch of
     `unlabeled` programs (of the target device) and the distance between the two batches'
@@ -116,8 +120,9 @@ def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
         best = next(iter(val_metrics(predict_network(net, val)).values()))
         best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     n_leaves = train.n_leaves
-    for epoch in range(start_epoch, config.epochs):
-        if epoch - max(history.best_epoch, 0) > config.patience:
+    last_epoch = config.epochs if n_epochs is None else min(n_epochs, config.epochs)
+    for epoch in range(start_epoch, last_epoch):
+        if val is not None and epoch - max(history.best_epoch, 0) > config.patience:
             log(f"early stop: no validation improvement for {config.patience} epochs")
             break
         start = time.perf_counter()
@@ -144,20 +149,26 @@ def train_network(net, train: TrainData, val: TrainData, config: TrainConfig,
             torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
             optimizer.step()
             losses.append(loss.item())
-        named = val_metrics(predict_network(net, val))
-        metric = next(iter(named.values()))
         history.train_loss.append(float(np.mean(losses)))
-        history.val_metric.append(metric)
-        history.val_named.append(named)
         history.lr.append(config.lr * factor)
-        history.seconds.append(time.perf_counter() - start)
-        if metric < best:
-            best, history.best_epoch = metric, epoch
-            best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        if progress:
-            shown = "  ".join(f"val {k} {v:.4f}" for k, v in named.items())
-            log(f"epoch {epoch + 1:3d}/{config.epochs}  loss {history.train_loss[-1]:.4f}  "
-                f"{shown}  best epoch {history.best_epoch + 1}  {history.seconds[-1]:.1f}s")
+        if val is None:  # a refit: no selection, the last epoch is the model
+            history.seconds.append(time.perf_counter() - start)
+            if progress:
+                log(f"refit epoch {epoch + 1:3d}/{last_epoch}  loss {history.train_loss[-1]:.4f}"
+                    f"  {history.seconds[-1]:.1f}s")
+        else:
+            named = val_metrics(predict_network(net, val))
+            metric = next(iter(named.values()))
+            history.val_metric.append(metric)
+            history.val_named.append(named)
+            history.seconds.append(time.perf_counter() - start)
+            if metric < best:
+                best, history.best_epoch = metric, epoch
+                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            if progress:
+                shown = "  ".join(f"val {k} {v:.4f}" for k, v in named.items())
+                log(f"epoch {epoch + 1:3d}/{config.epochs}  loss {history.train_loss[-1]:.4f}"
+                    f"  {shown}  best epoch {history.best_epoch + 1}  {history.seconds[-1]:.1f}s")
         if ckpt is not None:
             _save_checkpoint(ckpt, {"train_config": config.to_json(), "net": net.state_dict(),
                                     "optimizer": optimizer.state_dict(), "history": history,
