@@ -150,8 +150,12 @@ def test_prim_func_equals_measured_workload(name):
 def test_matmul_bias_sweep_covers_every_k_n_pair_and_no_network():
     sweep = C.select(ops=["matmul_bias"])
     pairs = [(dict(t.params)["k"], dict(t.params)["n"]) for t in sweep]
-    assert set(pairs) == {(k, n) for k in C.SWEEP_DIMS for n in C.SWEEP_DIMS}
-    assert all(pairs.count(p) == len(C.SWEEP_MACS) for p in pairs)  # one task per M
+    grid = {(k, n) for k in C.SWEEP_DIMS for n in C.SWEEP_DIMS}
+    aligned = {(k, n) for k in C.ALIGN_K for n in C.ALIGN_N}
+    assert set(pairs) == grid | aligned
+    # one task per M on the grid, one M for the alignment pairs (shared ones are not repeated)
+    assert all(pairs.count(p) == (len(C.SWEEP_MACS) if p in grid else 1) for p in pairs)
+    assert len(pairs) == len(set(t.name for t in sweep))
     assert all(not t.networks for t in sweep)
     assert all(8 <= dict(t.params)["m"] <= 2048 for t in sweep)
     assert not set(C.select(networks=list(C.NETWORKS))) & set(sweep)

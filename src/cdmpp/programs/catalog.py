@@ -13,10 +13,11 @@ when strided. `conv2d_bias_relu` (BN folded into the bias) is catalogued for the
 convs, which also appear as plain `conv2d`; other conv-bn-relu layers appear as `conv2d` only.
 
 Beyond the networks, a sweep: `matmul_bias` (`matmulb_MxKxN`, the weight stored [K, N]) over
-every (K, N) pair of `SWEEP_DIMS`, at two token counts M. Untuned, TVM runs each Linear layer of
-an imported network this way, reading the weight with a stride of N along the reduction, so its
-time per operation depends on K and N through cache conflicts (measured: BERT-base's 768->3072
-layer runs 1.8x slower than its 3072->768 one, for the same work). Our networks hold three
+every (K, N) pair of `SWEEP_DIMS`, at two token counts M, and alignment pairs (`ALIGN_K` x
+`ALIGN_N`: N a multiple of 256, 512 or 1024 between those sizes) at one M. Untuned, TVM runs
+each Linear layer of an imported network this way, reading the weight with a stride of N along
+the reduction, so its time per operation depends on K and N through cache conflicts (measured:
+BERT-base's 768->3072 layer runs 1.8x slower than its 3072->768 one, for the same work). Our networks hold three
 (K, N) pairs, too few to learn that from. Sweep tasks belong to no network (`networks` is
 empty): a by-network split keeps them on the training side.
 
@@ -32,7 +33,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-CATALOG_VERSION = "2"  # 2: + the matmul_bias sweep
+CATALOG_VERSION = "3"  # 2: + the matmul_bias sweep; 3: + its alignment pairs
 NETWORKS = ("resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2", "vit_b16")
 OPS = (
     "conv2d", "conv2d_bias_relu", "depthwise_conv2d", "dense", "dense_bias_gelu",
@@ -45,6 +46,13 @@ SEQ_LENGTHS = (64, 128, 256)  # BERT and GPT-2, batch 1
 SWEEP_DIMS = (256, 512, 768, 1024, 2048, 3072, 4096)  # K and N of the matmul_bias sweep
 # two M per (K, N): the power of two nearest each of SWEEP_MACS / (K N), within [8, 2048]
 SWEEP_MACS = (2**26, 2**28)
+# Alignment pairs (one M, for SWEEP_MACS[0]): in SWEEP_DIMS every large N but 3072 is a power of
+# two, so "N is large" and "N is a multiple of 1024" coincide there, and a model learnt that
+# large N is slow; GPT-2's 768 -> 2304 layer (N a multiple of 256 only) runs at the cost per
+# multiply-add of N = 768 and was predicted 1.8x too slow. These N are multiples of 256 of every
+# alignment between the sweep's sizes.
+ALIGN_K = (768, 1536, 2304, 3072)
+ALIGN_N = (768, 1280, 1536, 1792, 2304, 2560, 3072, 3584)
 
 Params = tuple[tuple[str, int], ...]
 Layer = tuple[str, Params]
@@ -207,12 +215,19 @@ def vit_b16(n: int) -> Iterator[Layer]:
     yield _dense(n, 768, 1000)  # head on the [CLS] token
 
 
+def _sweep_m(macs: int, k: int, n: int) -> int:
+    """The power of two nearest macs / (k n), within [8, 2048]."""
+    return min(2048, max(8, 2 ** round(math.log2(macs / (k * n)))))
+
+
 def linear_sweep() -> Iterator[Layer]:
     for macs in SWEEP_MACS:
         for k in SWEEP_DIMS:
             for n in SWEEP_DIMS:
-                m = min(2048, max(8, 2 ** round(math.log2(macs / (k * n)))))
-                yield _layer("matmul_bias", m=m, k=k, n=n)
+                yield _layer("matmul_bias", m=_sweep_m(macs, k, n), k=k, n=n)
+    for k in ALIGN_K:  # pairs already in the sweep above dedupe in `catalog()`
+        for n in ALIGN_N:
+            yield _layer("matmul_bias", m=_sweep_m(SWEEP_MACS[0], k, n), k=k, n=n)
 
 
 _NETWORK_LAYERS = {
