@@ -279,18 +279,25 @@ def refitted(slice_data):
 
 
 def test_refit_trains_on_the_validation_records_for_the_chosen_epochs(fitted, refitted,
-                                                                      slice_data):
+                                                                      slice_data, monkeypatch):
+    import cdmpp.train.loop as loop
     from cdmpp.dataset.normalize import Normalizer
 
     train, _ = slice_data
-    # the same seed carves the same validation records in both fits
-    _, _, val, y_val, _, _ = CDMPPRegressor._carve(train.programs, train.latency_s, None, FAST)
     assert refitted.refit_epochs_ == refitted.history_.best_epoch + 1 > 0
     assert len(refitted.history_.refit_train_loss) == refitted.refit_epochs_
     assert fitted.refit_epochs_ == 0 and not fitted.history_.refit_train_loss
-    # the refit sees the validation tenth: it fits those records better than the model that
-    # only selected its epoch on them
-    assert rmse_log(y_val, refitted.predict(val)) < rmse_log(y_val, fitted.predict(val))
+    # the refit trains on every training record, the validation tenth included, with no
+    # validation set, for the epoch count the first fit chose
+    calls, real = [], loop.train_network
+    monkeypatch.setattr(loop, "train_network", lambda net, data, val, *a, **k: (
+        calls.append((len(data.features), val is None, k.get("n_epochs"))),
+        real(net, data, val, *a, **k))[1])
+    again = CDMPPRegressor(TINY, TrainConfig(**{**FAST.to_json(), "refit": True})).fit(
+        train.programs, train.latency_s)
+    n = len(train.latency_s)
+    assert calls[0][0] < n and not calls[0][1]  # first fit: the carved validation set apart
+    assert calls[1] == (n, True, again.history_.best_epoch + 1)
     # ... and its normalizer comes from all the training records
     whole = Normalizer().fit(np.concatenate(train.programs.leaf_features),
                              train.latency_s / refitted._scale(train.programs))

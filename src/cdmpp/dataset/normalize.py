@@ -56,8 +56,12 @@ class Normalizer:
     def transform_features(self, x: np.ndarray) -> np.ndarray:
         self._check()
         span = self.feature_max_ - self.feature_min_
-        safe = np.where(span > 0, span, 1.0)
-        return ((np.asarray(x, dtype=np.float64) - self.feature_min_) / safe).astype(np.float32)
+        scale = (1.0 / np.where(span > 0, span, 1.0)).astype(np.float32)
+        # float32 throughout: the network reads float32, and predicting from the store is bound
+        # by this pass over every leaf
+        out = np.asarray(x, dtype=np.float32) - self.feature_min_.astype(np.float32)
+        out *= scale
+        return out
 
     def transform_target(self, latency_s: np.ndarray) -> np.ndarray:
         self._check()

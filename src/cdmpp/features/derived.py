@@ -25,7 +25,7 @@ N_DERIVED = N_BUFFERS
 
 def stride_alignment(leaf_features: np.ndarray) -> np.ndarray:
     """(n_leaves, 5) trailing zero bits of each buffer's innermost stride (0: no stride)."""
-    logged = np.asarray(leaf_features, dtype=np.float64)[:, STRIDE_COLS]
+    logged = np.asarray(leaf_features)[:, STRIDE_COLS].astype(np.float64)  # slice, then widen
     stride = np.rint(np.exp2(np.clip(logged, 0, 40)) - 1).astype(np.int64)
     lowest_bit = stride & -stride  # 0 where the stride is 0
     bits = np.log2(np.maximum(lowest_bit, 1)).round()

@@ -91,12 +91,19 @@ class CDMPPRegressor:
         if programs.n_features != self.model_config_.n_features:
             raise ValueError(f"programs have {programs.n_features} leaf features, the model "
                              f"takes {self.model_config_.n_features}")
-        feats = [self.normalizer_.transform_features(self._leaf_inputs(f))
-                 for f in programs.leaf_features]
+        # all programs' leaves in one array: per-program numpy calls cost more than the work
+        counts = [len(f) for f in programs.leaf_features]
+        feats, positions = [], []
+        if counts:
+            bounds = np.concatenate([[0], np.cumsum(counts)])
+            rows = self.normalizer_.transform_features(
+                self._leaf_inputs(np.concatenate(programs.leaf_features)))
+            pos = np.concatenate(programs.leaf_pos)
+            feats = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            positions = [pos[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
-        return TrainData(feats, [np.asarray(p) for p in programs.leaf_pos], target,
-                         self._device_matrix(programs), weight)
+        return TrainData(feats, positions, target, self._device_matrix(programs), weight)
 
     def _leaf_inputs(self, leaf_features: np.ndarray) -> np.ndarray:
         """One program's leaf rows as the network reads them (ModelConfig.stride_alignment)."""
