@@ -106,7 +106,8 @@ class CDMPPRegressor:
         return TrainData(feats, positions, target, self._device_matrix(programs), weight)
 
     def _leaf_inputs(self, leaf_features: np.ndarray) -> np.ndarray:
-        """One program's leaf rows as the network reads them (ModelConfig.stride_alignment)."""
+        """Leaf rows (of one program or many) as the network reads them
+        (ModelConfig.stride_alignment)."""
         if self.model_config_.stride_alignment:
             from cdmpp.features.derived import with_derived
 

@@ -17,9 +17,9 @@ every (K, N) pair of `SWEEP_DIMS`, at two token counts M, and alignment pairs (`
 `ALIGN_N`: N a multiple of 256, 512 or 1024 between those sizes) at one M. Untuned, TVM runs
 each Linear layer of an imported network this way, reading the weight with a stride of N along
 the reduction, so its time per operation depends on K and N through cache conflicts (measured:
-BERT-base's 768->3072 layer runs 1.8x slower than its 3072->768 one, for the same work). Our networks hold three
-(K, N) pairs, too few to learn that from. Sweep tasks belong to no network (`networks` is
-empty): a by-network split keeps them on the training side.
+BERT-base's 768->3072 layer runs 1.8x slower than its 3072->768 one, for the same work). Our
+networks hold three (K, N) pairs, too few to learn that from. Sweep tasks belong to no network
+(`networks` is empty): a by-network split keeps them on the training side.
 
 Not catalogued: GPT-2's 50257-way LM head (a 5-20 GFLOP dense that would dominate measuring),
 attention scaling/masking, and grouped convs (none of our networks has one).
@@ -49,8 +49,8 @@ SWEEP_MACS = (2**26, 2**28)
 # Alignment pairs (one M, for SWEEP_MACS[0]): in SWEEP_DIMS every large N but 3072 is a power of
 # two, so "N is large" and "N is a multiple of 1024" coincide there, and a model learnt that
 # large N is slow; GPT-2's 768 -> 2304 layer (N a multiple of 256 only) runs at the cost per
-# multiply-add of N = 768 and was predicted 1.8x too slow. These N are multiples of 256 of every
-# alignment between the sweep's sizes.
+# multiply-add of N = 768 and was predicted 2.25x too slow. These N are multiples of 256 of
+# every alignment between the sweep's sizes (data/README.md has what they cost).
 ALIGN_K = (768, 1536, 2304, 3072)
 ALIGN_N = (768, 1280, 1536, 1792, 2304, 2560, 3072, 3584)
 
