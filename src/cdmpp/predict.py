@@ -117,10 +117,11 @@ def _database_label(given: str, path: Path) -> str:
     return os.path.join(given, str(path.relative_to(given)))
 
 
-def predictable_records(path: str | Path) -> tuple[list[ProgramRecord], list]:
+def predictable_records(path: str | Path, db=None) -> tuple[list[ProgramRecord], list]:
     """(records, bad lines) of one database, as `load_database(strict=False)` reads it, except
-    that a record without a valid timing is kept (with `measurement=None`), not a bad line."""
-    db = load_database(path, strict=False)
+    that a record without a valid timing is kept (with `measurement=None`), not a bad line.
+    `db`: that `load_database` result, if the caller has it."""
+    db = db if db is not None else load_database(path, strict=False)
     root = Path(path)
     rec_file = root / RECORD_FILE
     bad_lines = [s for s in db.skipped if Path(s.file).name == RECORD_FILE]
@@ -212,22 +213,22 @@ def predict_databases(estimator, dbs, *, store: str | Path | None = None,
     import pyarrow as pa
 
     from cdmpp.features import FEATURE_VERSION
-    from cdmpp.features.build import build_store
+    from cdmpp.features.build import build_store_from
     from cdmpp.features.samples import schema
     from cdmpp.features.store import FeatureStore, program_key
 
     databases = resolve_databases(dbs)
+    loaded = [load_database(p, strict=False) for _, p in databases]  # read once, used twice
     store_dir = Path(store) if store is not None else default_store_dir()
-    report = build_store([p for _, p in databases], store_dir, workers=workers,
-                         progress=progress)
+    report = build_store_from(loaded, store_dir, workers=workers, progress=progress)
     build_errors = {(f["db"], f["record_index"]): f["reason"] for f in report.failures
                     if f["record_index"] is not None}
     result = PredictionResult(databases=len(databases), extracted=report.extracted)
 
     # Every record line of every database: (label, record) or a skipped line, in order.
     entries = []
-    for label, path in databases:
-        records, bad = predictable_records(path)
+    for (label, path), db in zip(databases, loaded):
+        records, bad = predictable_records(path, db)
         # bad workload lines first, then record lines in file order
         items = [((Path(s.file).name == RECORD_FILE, s.line - 1),
                   SkippedRecord(s.file, s.line, s.reason, db=label)) for s in bad]
@@ -235,8 +236,9 @@ def predict_databases(estimator, dbs, *, store: str | Path | None = None,
         entries += [item for _, item in sorted(items, key=lambda kv: kv[0])]
 
     fs = FeatureStore(store_dir)
-    keyed = [(e, program_key(e[1], FEATURE_VERSION)) for e in entries
-             if not isinstance(e, SkippedRecord)]
+    keyed = [(e, report.keys.get((e[1].db, e[1].record_index))
+              or program_key(e[1], FEATURE_VERSION))  # untimed records were not in the build
+             for e in entries if not isinstance(e, SkippedRecord)]
     missing = [rec for (_, rec), key in keyed
                if key not in fs.keys and (rec.db, rec.record_index) not in build_errors]
     errors = {}

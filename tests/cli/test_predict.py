@@ -120,3 +120,34 @@ def test_user_errors_exit_2(trained, fixture_dbs, tmp_path, capsys):
         code, _, err = _predict("default", [str(fixture_dbs[0])], tmp_path / "p.csv", store, capsys)
         assert code == 2 and "cdmpp predict: error:" in err and "no 'default' model" in err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_each_database_is_read_once(trained, fixture_dbs, tmp_path, monkeypatch):
+    """predict reads a database once for the store and its own rows (parsing the records is
+    most of a warm-store prediction), and hashes each program once."""
+    import cdmpp.features.build as build
+    import cdmpp.features.store as store_mod
+    import cdmpp.predict as predict
+    from cdmpp.model.registry import load_estimator
+
+    model, _ = trained
+    loads, hashes = [], []
+    real_load, real_key = predict.load_database, store_mod.program_key
+
+    def counting_load(path, **kw):
+        loads.append(str(path))
+        return real_load(path, **kw)
+
+    def counting_key(rec, version):
+        hashes.append((rec.db, rec.record_index))
+        return real_key(rec, version)
+
+    monkeypatch.setattr(predict, "load_database", counting_load)
+    monkeypatch.setattr(build, "load_database", counting_load)
+    monkeypatch.setattr(build, "program_key", counting_key)
+    monkeypatch.setattr(store_mod, "program_key", counting_key)
+    dbs = [str(d) for d in fixture_dbs[:2]]
+    result = predict.predict_databases(load_estimator(model), dbs, store=tmp_path / "store",
+                                       workers=1)
+    assert sorted(loads) == sorted(dbs)
+    assert len(result.predictions) == len(hashes) == len(set(hashes)) > 0

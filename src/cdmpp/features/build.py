@@ -25,6 +25,8 @@ class BuildReport:
     extracted: int = 0
     reused: int = 0  # programs already in the store (same key)
     failures: list = field(default_factory=list)  # {"db", "record_index", "line", "reason"}
+    # program key of every record read, by (db, record_index): callers need not hash again
+    keys: dict = field(default_factory=dict, repr=False)
 
     def __str__(self) -> str:
         lines = [f"{self.records} records from {self.databases} databases: {self.extracted} "
@@ -39,15 +41,15 @@ class BuildReport:
         return "\n".join(lines)
 
 
-def _extract_chunk(records) -> list:
-    """Worker: features of records sharing one workload. Returns (key, arrays | error)."""
-    from cdmpp.features import FEATURE_VERSION, extract
+def _extract_chunk(keyed) -> list:
+    """Worker: features of (key, record) pairs sharing one workload. Returns (key, arrays |
+    error)."""
+    from cdmpp.features import extract
     from cdmpp.features.programs import measured_program
 
     out = []
-    workload_mod = records[0].workload.mod()
-    for rec in records:
-        key = program_key(rec, FEATURE_VERSION)
+    workload_mod = keyed[0][1].workload.mod()
+    for key, rec in keyed:
         try:
             program = measured_program(rec, workload_mod)
             out.append((key, rec.record_index, extract(program, rec.target), None))
@@ -56,33 +58,35 @@ def _extract_chunk(records) -> list:
     return out
 
 
-def _chunks(records):
+def _chunks(keyed):
     by_workload: dict[str, list] = {}
-    for rec in records:
-        by_workload.setdefault(rec.workload.shash, []).append(rec)
-    for recs in by_workload.values():
-        for i in range(0, len(recs), _CHUNK):
-            yield recs[i:i + _CHUNK]
+    for key, rec in keyed:
+        by_workload.setdefault(rec.workload.shash, []).append((key, rec))
+    for items in by_workload.values():
+        for i in range(0, len(items), _CHUNK):
+            yield items[i:i + _CHUNK]
 
 
-def extract_programs(records, *, workers: int | None = None,
-                     progress: bool = False) -> tuple[dict, dict]:
+def extract_programs(records, *, workers: int | None = None, progress: bool = False,
+                     keys=None) -> tuple[dict, dict]:
     """Compact ASTs of the records' programs, extracted in parallel (forked workers that
-    inherit the imported TVM). Returns ({key: CompactAST}, {key: error message})."""
+    inherit the imported TVM). Returns ({key: CompactAST}, {key: error message}).
+    `keys`: the records' program keys if the caller has them (else they are computed)."""
     from tqdm import tqdm
 
     from cdmpp.features import FEATURE_VERSION
     from cdmpp.tvm_env import import_tvm
 
+    if keys is None:
+        keys = [program_key(rec, FEATURE_VERSION) for rec in records]
     unique: dict = {}
-    for rec in records:  # one extraction per program, however many records time it
-        unique.setdefault(program_key(rec, FEATURE_VERSION), rec)
-    records = list(unique.values())
+    for key, rec in zip(keys, records):  # one extraction per program, however many records
+        unique.setdefault(key, rec)
     results = []
-    if records:
+    if unique:
         import_tvm()  # before forking: the workers inherit it
-        chunks = list(_chunks(records))
-        bar = tqdm(total=len(records), unit="prog", disable=not progress, file=sys.stderr,
+        chunks = list(_chunks(unique.items()))
+        bar = tqdm(total=len(unique), unit="prog", disable=not progress, file=sys.stderr,
                    desc="extracting")
         n_workers = min(workers or len(os.sched_getaffinity(0)), len(chunks))
         if n_workers <= 1:
@@ -146,6 +150,15 @@ def open_store(db_paths, store: str | Path | None = None, *,
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 progress: bool = True) -> BuildReport:
     """Add every record of the databases under `db_paths` to the store at `out`."""
+    loaded = [load_database(path, strict=False)
+              for root in db_paths for path in find_databases(root)]
+    return build_store_from(loaded, out, workers=workers, progress=progress)
+
+
+def build_store_from(loaded, out: str | Path, *, workers: int | None = None,
+                     progress: bool = True) -> BuildReport:
+    """`build_store` for databases the caller has already loaded (`load_database(strict=False)`
+    results), so a caller that needs their records too reads each database once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -156,30 +169,30 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
     out.mkdir(parents=True, exist_ok=True)
     store = FeatureStore(out)
     report = BuildReport()
-    rows, todo, pending, databases = [], [], set(), []
-    for root in db_paths:
-        for path in find_databases(root):
-            databases.append(path)
-            report.databases += 1
-            db = load_database(path, strict=False)
-            for s in db.skipped:
-                report.failures.append({"db": str(path), "record_index": None, "line": s.line,
-                                        "reason": f"bad line: {s.reason}"})
-            tasks_json, device_id = tasks_json_of(path), None
-            for rec in db.records:
-                report.records += 1
-                device_id = device_id or device_id_of(path, rec.target)
-                key = program_key(rec, FEATURE_VERSION)
-                rows.append(sample_row(rec, key, device_id, tasks_json))
-                if key in store.keys or key in pending:
-                    report.reused += key in store.keys
-                    continue
-                pending.add(key)
-                todo.append(rec)
+    rows, todo, todo_keys, pending, databases = [], [], [], set(), []
+    for db in loaded:
+        path = Path(db.path)
+        databases.append(path)
+        report.databases += 1
+        for s in db.skipped:
+            report.failures.append({"db": str(path), "record_index": None, "line": s.line,
+                                    "reason": f"bad line: {s.reason}"})
+        tasks_json, device_id = tasks_json_of(path), None
+        for rec in db.records:
+            report.records += 1
+            device_id = device_id or device_id_of(path, rec.target)
+            key = program_key(rec, FEATURE_VERSION)
+            report.keys[(rec.db, rec.record_index)] = key
+            rows.append(sample_row(rec, key, device_id, tasks_json))
+            if key in store.keys or key in pending:
+                report.reused += key in store.keys
+                continue
+            pending.add(key)
+            todo.append(rec)
+            todo_keys.append(key)
 
-    good, errors = extract_programs(todo, workers=workers, progress=progress)
-    for rec in todo:
-        key = program_key(rec, FEATURE_VERSION)
+    good, errors = extract_programs(todo, workers=workers, progress=progress, keys=todo_keys)
+    for rec, key in zip(todo, todo_keys):
         if key in errors:
             report.failures.append({"db": rec.db, "record_index": rec.record_index,
                                     "line": rec.record_index + 1, "reason": errors[key]})
