@@ -79,3 +79,15 @@ def test_refit_trains_again_for_the_chosen_epochs(tmp_path):
     assert model.train_config_.refit
     assert model.refit_epochs_ == model.history_.best_epoch + 1 >= 1
     assert len(model.history_.refit_train_loss) == model.refit_epochs_
+
+
+def test_rank_weight_reaches_the_saved_config(tmp_path, capsys):
+    from cdmpp.model.registry import load_estimator
+
+    db = shutil.copytree(FIXTURES / "dense_64x768x768", tmp_path / "dense_64x768x768")
+    args = ["train", "--data", str(db), "--store", str(tmp_path / "store"), "--epochs", "2",
+            "--workers", "1", "--out", str(tmp_path / "model"), "--rank-weight"]
+    assert main(args + ["0.5"]) == 0
+    assert load_estimator(tmp_path / "model").train_config_.rank_weight == 0.5
+    assert main(args + ["-1"]) == 2
+    assert "--rank-weight must be >= 0" in capsys.readouterr().err

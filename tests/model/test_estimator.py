@@ -349,3 +349,40 @@ def test_an_interrupted_refit_resumes_to_the_same_model(slice_data, tmp_path):
     assert resumed.refit_epochs_ == whole.refit_epochs_
     np.testing.assert_allclose(resumed.predict(test.programs), whole.predict(test.programs),
                                rtol=1e-5)
+
+
+def test_the_ranking_term_pairs_programs_of_one_task(slice_data, monkeypatch):
+    import cdmpp.train.loop as loop
+
+    train, _ = slice_data
+    seen = []
+    real = loop.pairwise_rank_loss
+
+    def spy(pred, z, group):
+        seen.append(group.numpy().copy())
+        return real(pred, z, group)
+
+    monkeypatch.setattr(loop, "pairwise_rank_loss", spy)
+    config = TrainConfig(**{**FAST.to_json(), "epochs": 1, "rank_weight": 0.5})
+    est = CDMPPRegressor(TINY, config).fit(train.programs, train.latency_s)
+    assert seen and np.all(np.isfinite(est.predict(train.programs)))
+    # every fit program (what the validation carve leaves) is in one batch of the epoch
+    assert len(np.concatenate(seen)) == len(train.latency_s) - round(0.1 * len(train.latency_s))
+    # and two programs share a group exactly when they share a task (and device)
+    from cdmpp.model.estimator import _groups
+
+    groups, tasks = _groups(train.programs, None), np.array(train.programs.task)
+    assert np.array_equal(groups[:, None] == groups[None, :], tasks[:, None] == tasks[None, :])
+    device = np.zeros((len(tasks), 2), dtype=np.float32)
+    device[::2] = 1.0  # the same tasks on two devices: twice the groups
+    assert len(set(_groups(train.programs, device))) == 2 * len(set(tasks))
+
+
+def test_the_ranking_term_needs_tasks(slice_data):
+    from dataclasses import replace
+
+    train, _ = slice_data
+    no_tasks = replace(train.programs, task=None)
+    config = TrainConfig(**{**FAST.to_json(), "epochs": 1, "rank_weight": 0.5})
+    with pytest.raises(ValueError, match="rank_weight"):
+        CDMPPRegressor(TINY, config).fit(no_tasks, train.latency_s)

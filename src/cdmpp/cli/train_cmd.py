@@ -16,6 +16,9 @@ def _common(p) -> None:
     p.add_argument("--refit", action="store_true",
                    help="after the validation tenth has chosen the epoch count, train again on "
                         "all the training data for that many epochs (twice the training time)")
+    p.add_argument("--rank-weight", type=float, default=None, metavar="R",
+                   help="weight of the within-task ranking term added to the regression loss "
+                        "(default: TrainConfig's; docs/model.md, \"Ranking term\")")
     p.add_argument("--workers", type=int, default=None, help="feature extraction processes")
     p.add_argument("--device", default=None, metavar="ID",
                    help="use only this device's records (needed when the databases hold several)")
@@ -59,6 +62,10 @@ def _train_config(args):
     from cdmpp.model.config import TrainConfig
 
     config = replace(TrainConfig(), seed=args.seed, refit=args.refit)
+    if args.rank_weight is not None:
+        if not args.rank_weight >= 0:
+            raise ValueError(f"--rank-weight must be >= 0, not {args.rank_weight}")
+        config = replace(config, rank_weight=args.rank_weight)
     return replace(config, epochs=args.epochs) if args.epochs else config
 
 

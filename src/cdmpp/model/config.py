@@ -73,6 +73,9 @@ class TrainConfig:
     # otherwise never teaches the model, and a rare program in it (one untuned kernel of a
     # network) is then mispredicted in sample (docs/model.md, "Refit")
     refit: bool = False
+    # weight of a within-task ranking term (losses.pairwise_rank_loss over the pairs of each
+    # batch that share a task and device) added to the regression loss; 0: off
+    rank_weight: float = 0.0
     adapt: str | None = None  # domain adaptation distance: "cmd" or "mmd" (needs unlabeled data)
     adapt_weight: float = 0.1  # loss = task loss + adapt_weight * distance(source, target)
     seed: int = 0

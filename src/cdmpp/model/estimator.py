@@ -37,6 +37,16 @@ def _val_metrics(y_true, y_pred, weight=None) -> dict:
     return {"rmse_log": rmse_log(y_true, y_pred, weight), "mape": mape(y_true, y_pred, weight)}
 
 
+def _groups(programs: ProgramSet, device) -> np.ndarray | None:
+    """An int per program, equal for programs of one task on one device (for the ranking
+    term, TrainConfig.rank_weight), or None when the programs carry no task names."""
+    if programs.task is None:
+        return None
+    rows = programs.task if device is None else zip(programs.task, map(bytes, device))
+    ids: dict = {}
+    return np.array([ids.setdefault(key, len(ids)) for key in rows], dtype=np.int64)
+
+
 def check_weight(weight, n: int) -> np.ndarray | None:
     """Per-sample loss weights as float64 (n,), or None; a clear error for bad ones."""
     if weight is None:
@@ -103,7 +113,8 @@ class CDMPPRegressor:
             positions = [pos[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
-        return TrainData(feats, positions, target, self._device_matrix(programs), weight)
+        device = self._device_matrix(programs)
+        return TrainData(feats, positions, target, device, weight, _groups(programs, device))
 
     def _leaf_inputs(self, leaf_features: np.ndarray) -> np.ndarray:
         """Leaf rows (of one program or many) as the network reads them

@@ -34,3 +34,18 @@ def make_loss(kind: str, mape_weight: float = 0.0, target=None):
         return value
 
     return loss
+
+
+def pairwise_rank_loss(pred: torch.Tensor, z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """RankNet loss over the pairs of a batch that share a group (task on one device): for each
+    pair with z_i > z_j, softplus(-(pred_i - pred_j)), weighted by z_i - z_j so that pairs whose
+    labels differ by little (within the timing noise) hardly count. Zero (with a gradient
+    path) when the batch holds no such pair."""
+    dz = z[:, None] - z[None, :]
+    same = group[:, None] == group[None, :]
+    weight = torch.where(same & (dz > 0), dz, torch.zeros_like(dz))
+    total = weight.sum()
+    if not total > 0:
+        return pred.sum() * 0.0
+    dp = pred[:, None] - pred[None, :]
+    return torch.sum(weight * torch.nn.functional.softplus(-dp)) / total

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from cdmpp.model.config import TrainConfig
+from cdmpp.model.losses import pairwise_rank_loss
 from cdmpp.train.batches import collate, in_order, length_bucketed
 
 CHECKPOINT = "checkpoint.pt"
@@ -34,6 +35,7 @@ class TrainData:
     target: np.ndarray | None  # (n,) transformed target
     device: np.ndarray | None = None  # (n, D) normalized device vectors
     weight: np.ndarray | None = None  # (n,) loss weight of each program (None: all 1)
+    group: np.ndarray | None = None  # (n,) int: programs of one task on one device share it
 
     @property
     def n_leaves(self) -> np.ndarray:
@@ -94,6 +96,9 @@ def train_network(net, train: TrainData, val: TrainData | None, config: TrainCon
     compete in model selection too: fine-tuning never returns a model worse on validation.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if config.rank_weight and train.group is None:
+        raise ValueError(f"rank_weight={config.rank_weight} needs the programs' tasks "
+                         "(ProgramSet.task) to pair programs of one task")
     distance = None
     if config.adapt:
         from cdmpp.model.adaptation import distance as distance_by_name
@@ -139,6 +144,9 @@ def train_network(net, train: TrainData, val: TrainData | None, config: TrainCon
             w = (None if train.weight is None else
                  torch.from_numpy(train.weight[rows].astype(np.float32)))
             loss = loss_fn(pred, y, w)
+            if config.rank_weight:
+                g = torch.from_numpy(train.group[rows])
+                loss = loss + config.rank_weight * pairwise_rank_loss(pred, y, g)
             if distance is not None:
                 picked = rng.choice(len(unlabeled.features), size=min(len(rows),
                                     len(unlabeled.features)), replace=False)
