@@ -55,6 +55,10 @@ def protocols():
                                                   max_extra_passes=2),
         "r3 20ms, 3 passes, cache flush": replace(base, min_repeat_ms=20, passes=3,
                                                   max_extra_passes=0, flush_cache=True),
+        "r3 10ms, 3 passes + re-measure": replace(base, min_repeat_ms=10, passes=3,
+                                                  max_extra_passes=2),
+        "r5 10ms, 3 passes + re-measure": replace(base, repeat=5, min_repeat_ms=10, passes=3,
+                                                  max_extra_passes=2),
     }
 
 
@@ -91,7 +95,7 @@ def build_sample(tasks, programs_per_task: int, work: Path):
     return target, built
 
 
-def study(tasks, programs_per_task: int) -> dict:
+def study(tasks, programs_per_task: int, only=None) -> dict:
     from cdmpp.measure.collect import set_threads
     from cdmpp.measure.noise import noise_floor
     from cdmpp.measure.timing import Timer, random_args
@@ -99,9 +103,10 @@ def study(tasks, programs_per_task: int) -> dict:
     with tempfile.TemporaryDirectory() as work:
         target, built = build_sample(tasks, programs_per_task, Path(work))
         set_threads(target["num-cores"])
-        results = {name: {} for name in protocols()}
+        chosen = {n: p for n, p in protocols().items() if not only or n in only}
+        results = {name: {} for name in chosen}
         for run in ("A", "B"):
-            for name, protocol in protocols().items():
+            for name, protocol in chosen.items():
                 timer = Timer(protocol, target)
                 programs = [(k, m, random_args(a, timer.device)) for k, m, a in built]
                 start = time.perf_counter()
@@ -127,12 +132,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", action="store_true")
     parser.add_argument("--programs-per-task", type=int, default=8)
+    parser.add_argument("--protocols", help="with --study: only these protocols (names as "
+                        "printed, separated by ';')")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     from cdmpp.programs.catalog import get_task
 
     tasks = [get_task(name) for name in SAMPLE]
-    figures = study(tasks, args.programs_per_task) if args.study else \
+    only = set(args.protocols.split(";")) if args.protocols else None
+    if only and not only <= set(protocols()):
+        parser.error(f"unknown protocols: {sorted(only - set(protocols()))}")
+    figures = study(tasks, args.programs_per_task, only) if args.study else \
         throughput(args.programs_per_task, tasks)
     print(json.dumps(figures, indent=1))
     if args.json:
