@@ -1,7 +1,7 @@
 """End-to-end latency: predicted vs measured for every built-in network at batch 1 and 4.
 
     python benchmarks/e2e.py [--model MODEL ...] [--networks resnet18,...] [--batches 1,4]
-                             [--tuning-db DIR] [--kernels] [--json OUT]
+                             [--tuning-db DIR] [--kernels] [--no-measure] [--json OUT]
 
 Each network is imported (torch.export), fused as TVM's CPU pipeline does (untuned kernels, or
 `--tuning-db`), predicted (kernel latencies from MODEL + dPRO-style replay with the calibrated
@@ -10,6 +10,10 @@ reference kernel, minimum). With `--kernels`, every kernel is also timed on its 
 replay of those timings is reported: its gap to the measured total is the replay's own error,
 separate from the model's. Several `--model`s are all compared with the same measurement; the
 first one fills the table's main columns, the others add an error column each.
+With `--tuning-db`, the replay of the database's own timing of every kernel (`replay(db)`; no
+model, no new run) is reported too, and how far each model's prediction is from it (`vs db`):
+the model's error on the kernels alone, free of the run-to-run drift of a measured total.
+`--no-measure` skips the runs (seconds per network instead of minutes).
 
 Long: untuned kernels are slow (ResNet-18 at batch 1 takes ~2 s per inference here, BERT-base
 several seconds) and every network is run ~15 times. Run it on an idle machine.
@@ -23,8 +27,9 @@ import sys
 import time
 
 
-def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, device) -> dict:
-    from cdmpp.e2e.kernels import lower_network
+def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, device,
+            measure: bool = True) -> dict:
+    from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.measure import measure_network
     from cdmpp.e2e.networks import import_network
     from cdmpp.e2e.predict import predict_network
@@ -34,45 +39,63 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
                         name=name, batch=batch)
     t1 = time.perf_counter()
     results = {m: predict_network(est, net, device=device) for m, est in models.items()}
+    if tuning_db:
+        recorded = database_latencies(net)
+        results = {m: r.with_database(recorded) for m, r in results.items()}
     t2 = time.perf_counter()
-    measurement = measure_network(net, device=device, kernels=kernels)
-    results = {m: r.with_measurement(measurement) for m, r in results.items()}
+    measurement = measure_network(net, device=device, kernels=kernels) if measure else None
+    if measurement is not None:
+        results = {m: r.with_measurement(measurement) for m, r in results.items()}
     result = next(iter(results.values()))
+    error = result.error_rel
     return {"network": name, "batch": batch, "predicted_s": result.predicted_s,
-            "measured_s": result.measured_s, "abs_error_rel": abs(result.error_rel),
-            "error_rel": result.error_rel,
+            "measured_s": result.measured_s,
+            "abs_error_rel": None if error is None else abs(error), "error_rel": error,
             "measured_kernels_replay_s": result.measured_kernels_replay_s,
+            "database_replay_s": result.database_replay_s,
             "kernels": len(net.kernels), "calls": len(result.graph),
             "import_lower_s": round(t1 - t0, 2),
             "prediction_s": round(result.timings_s["prediction_s"], 3),
             "measure_s": round(time.perf_counter() - t2, 1),
-            "noise_rel": result.measurement.measurement.noise_rel,
-            "host_slowdown": measurement.host_slowdown,
-            "by_model": {m: {"predicted_s": r.predicted_s, "error_rel": r.error_rel}
+            "noise_rel": None if measurement is None else measurement.measurement.noise_rel,
+            "host_slowdown": None if measurement is None else measurement.host_slowdown,
+            "by_model": {m: {"predicted_s": r.predicted_s, "error_rel": r.error_rel,
+                             "vs_database_rel": None if r.database_replay_s is None
+                             else r.predicted_s / r.database_replay_s - 1}
                          for m, r in results.items()}}
+
+
+def _ms(x) -> str:
+    return "" if x is None else f"{1e3 * x:.2f}"
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:+.1f}%"
 
 
 def table(rows) -> str:
     others = list(rows[0]["by_model"])[1:] if rows else []
     head = (f"{'network':<14} {'batch':>5} {'predicted ms':>13} {'measured ms':>12} "
-            f"{'error':>8} {'replay(meas) ms':>16} {'pred time s':>11}"
-            + "".join(f" {m[-12:]:>12}" for m in others))
+            f"{'error':>8} {'replay(meas) ms':>16} {'replay(db) ms':>14} {'vs db':>8} "
+            f"{'pred time s':>11}" + "".join(f" {m[-12:]:>12}" for m in others))
     lines = [head, "-" * len(head)]
     for r in rows:
-        replayed = r["measured_kernels_replay_s"]
-        lines.append(f"{r['network']:<14} {r['batch']:>5} {1e3 * r['predicted_s']:>13.2f} "
-                     f"{1e3 * r['measured_s']:>12.2f} {100 * r['error_rel']:>+7.1f}% "
-                     f"{'' if replayed is None else f'{1e3 * replayed:.2f}':>16} "
+        first = next(iter(r["by_model"].values()))
+        lines.append(f"{r['network']:<14} {r['batch']:>5} {_ms(r['predicted_s']):>13} "
+                     f"{_ms(r['measured_s']):>12} {_pct(r['error_rel']):>8} "
+                     f"{_ms(r['measured_kernels_replay_s']):>16} "
+                     f"{_ms(r['database_replay_s']):>14} {_pct(first['vs_database_rel']):>8} "
                      f"{r['prediction_s']:>11.3f}"
-                     + "".join(f" {100 * r['by_model'][m]['error_rel']:>+11.1f}%"
-                               for m in others))
+                     + "".join(f" {_pct(r['by_model'][m]['error_rel']):>12}" for m in others))
     if rows:
         lines.append("-" * len(head))
         for m in list(rows[0]["by_model"]):
-            mean = sum(abs(r["by_model"][m]["error_rel"]) for r in rows) / len(rows)
-            worst = max(abs(r["by_model"][m]["error_rel"]) for r in rows)
-            lines.append(f"{m}: mean |error| {100 * mean:.1f}%, worst {100 * worst:.1f}% over "
-                         f"{len(rows)} networks")
+            for key, what in (("error_rel", "vs measured"), ("vs_database_rel", "vs database")):
+                errors = [abs(r["by_model"][m][key]) for r in rows
+                          if r["by_model"][m][key] is not None]
+                if errors:
+                    lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
+                                 f" worst {100 * max(errors):.1f}% over {len(errors)} networks")
     return "\n".join(lines)
 
 
@@ -86,6 +109,9 @@ def main() -> int:
     parser.add_argument("--batches", default="1,4")
     parser.add_argument("--tuning-db", default=None)
     parser.add_argument("--kernels", action="store_true", help="also time every kernel alone")
+    parser.add_argument("--no-measure", action="store_true",
+                        help="predict only (with --tuning-db: against the replay of the "
+                             "database's own timings), no run of the networks")
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args()
 
@@ -104,11 +130,14 @@ def main() -> int:
     for name in args.networks.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             rows.append(run_one(models, name, batch, kernels=args.kernels,
-                                tuning_db=args.tuning_db, device=device))
+                                tuning_db=args.tuning_db, device=device,
+                                measure=not args.no_measure))
             r = rows[-1]
-            print(f"{name} batch {batch}: measured {1e3 * r['measured_s']:.2f} ms (reference "
-                  f"kernel x{r['host_slowdown']:.2f} its best on this device); predicted "
-                  + ", ".join(f"{m} {1e3 * p['predicted_s']:.2f} ms ({100 * p['error_rel']:+.1f}%)"
+            measured = ("not measured" if r["measured_s"] is None else
+                        f"measured {_ms(r['measured_s'])} ms (reference kernel "
+                        f"x{r['host_slowdown']:.2f} its best on this device)")
+            print(f"{name} batch {batch}: {measured}; predicted "
+                  + ", ".join(f"{m} {_ms(p['predicted_s'])} ms ({_pct(p['error_rel'])})"
                               for m, p in r["by_model"].items()), file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:

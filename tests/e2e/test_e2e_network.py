@@ -121,5 +121,11 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
     assert FOR_PARALLEL in extract(tuned.kernels[0].func, device.target).node_kind
     assert FOR_PARALLEL not in extract(kernel.func, device.target).node_kind
     tuned.build()  # the tuned module compiles
+    # the database times the kernel it holds (its best record, minimum of run_secs) only
+    from cdmpp.e2e.kernels import database_latencies
+
+    assert database_latencies(tuned) == {kernel.name: 1e-6}
+    with pytest.raises(ValueError, match="without a tuning database"):
+        database_latencies(untuned, tmp_path)
     with pytest.raises(FileNotFoundError, match="not a TVM JSON database"):
         lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "x")

@@ -27,6 +27,25 @@ def test_prediction_is_the_replay_of_kernel_predictions_plus_overhead(lowered):
     assert r.timings_s["prediction_s"] < 10.0
 
 
+def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered):
+    from cdmpp.e2e.report import format_table
+
+    net = lowered("tiny_mlp")
+    first, second = (k.name for k in net.kernels)
+    overhead = CallOverhead(per_call_s=1e-6, per_builtin_s=0.0, per_invoke_s=2e-6)
+    r = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net, overhead=overhead)
+    both = r.with_database({first: 2e-5, second: 1e-5})
+    assert both.database_replay_s == pytest.approx(2e-5 + 1e-5 + 2 * 1e-6 + 2e-6)
+    assert both.predicted_s == r.predicted_s  # the prediction itself is unchanged
+    assert {k.name: k.database_s for k in both.kernels} == {first: 2e-5, second: 1e-5}
+    table = format_table(both)
+    assert "replay of the tuning database's timings: 0.034 ms (the prediction is +29.4%" in table
+    assert "db ms/call" in table and "+50%" in table  # the first kernel: 3e-5 vs 2e-5
+    part = r.with_database({first: 2e-5})  # the database lacks a kernel: no total
+    assert part.database_replay_s is None and part.to_json()["database_replay_s"] is None
+    assert "the tuning database times 1 of the 2 kernels" in format_table(part)
+
+
 def test_json_has_the_stated_keys(lowered):
     r = predict_network(StubEstimator(), lowered("tiny_branch"), overhead=None)
     d = json.loads(json.dumps(r.to_json()))

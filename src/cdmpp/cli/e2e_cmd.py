@@ -75,6 +75,10 @@ def run(args) -> int:
     net = lower_network(mod, device.target, tuning_db=args.tuning_db, name=name, batch=batch)
     lower_s = time.perf_counter() - start
     result = predict_network(model, net, device=device, log=_log)
+    if args.tuning_db:
+        from cdmpp.e2e.kernels import database_latencies
+
+        result = result.with_database(database_latencies(net))
     _log(f"imported and fused in {lower_s:.1f} s; predicted in "
          f"{result.timings_s['prediction_s']:.2f} s")
     if args.measure:

@@ -33,6 +33,9 @@ class Kernel:
     # tvm.tirx.PrimFunc; schedule a copy (`workload_module`), never this object
     func: object = field(compare=False, repr=False)
     tuned: bool = False  # its schedule came from the tuning database
+    # with a tuning database: the PrimFunc before the database was applied (the workload the
+    # database knows it by); None without one
+    untuned_func: object = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -64,14 +67,46 @@ class NetworkModule:
             return tvm.compile(self.mod, tgt, relax_pipeline=rest)
 
 
-def workload_module(kernel: Kernel):
+def workload_module(kernel: Kernel, untuned: bool = False):
     """The meta_schedule workload of a kernel (as `relax_integration.extract_tasks` makes it):
     a tuning record of this IRModule in the database replaces the kernel. A deep copy: a
     `s_tir.Schedule` edits the statements of the module it is given in place, which would
-    otherwise change `kernel.func` (they share them)."""
+    otherwise change `kernel.func` (they share them). `untuned`: the kernel's PrimFunc from
+    before the tuning database was applied (`Kernel.untuned_func`)."""
     tvm = import_tvm()
-    mod = tvm.IRModule({"main": kernel.func.with_attr("global_symbol", "main")})
+    func = kernel.func
+    if untuned:
+        if kernel.untuned_func is None:
+            raise ValueError(f"kernel {kernel.name} was lowered without a tuning database")
+        func = kernel.untuned_func
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     return tvm.ir.load_json(tvm.ir.save_json(mod))
+
+
+def database_latencies(net: "NetworkModule", tuning_db=None) -> dict[str, float]:
+    """{kernel: seconds per call} that the tuning database records for the kernels whose
+    workload it holds: its best record for the workload (the one TVM applies), with cdmpp's
+    label statistic, the minimum of the record's `run_secs` (docs/measurement.md). Kernels the
+    database does not hold, or whose best record has no valid timing, are left out.
+    `tuning_db`: the database the network was lowered with by default."""
+    from cdmpp.types import check_run_secs
+
+    tvm = import_tvm()
+    database = _tuning_database(tuning_db if tuning_db is not None else net.tuning_db)
+    if database is None:
+        raise ValueError(f"{net.name} was lowered without a tuning database")
+    target = tvm.target.Target(net.target)
+    out = {}
+    for k in net.kernels:
+        if k.untuned_func is None:
+            raise ValueError(f"{net.name} was lowered without a tuning database")
+        record = database.query_tuning_record(workload_module(k, untuned=True), target, "main")
+        if record is None or record.run_secs is None:
+            continue
+        secs = [float(x) for x in record.run_secs]
+        if check_run_secs(secs) is None:
+            out[k.name] = min(secs)
+    return out
 
 
 def _tuning_database(tuning_db):
@@ -103,7 +138,8 @@ def fuse(mod, target, tuning_db=None):
 
 
 def _fuse(mod, target, tuning_db=None):
-    """(fused module, names of the PrimFuncs the database replaced)."""
+    """(fused module, names of the PrimFuncs the database replaced, {name: PrimFunc before
+    the database was applied} (empty without a database))."""
     import_tvm()
     from tvm import relax
 
@@ -111,6 +147,7 @@ def _fuse(mod, target, tuning_db=None):
 
     tgt, seq = _passes(target)
     replaced: set = set()
+    before: dict = {}
     with tgt:  # the caller's PassContext, as tvm.compile runs its pipeline
         mod = seq(mod)
         database = _tuning_database(tuning_db)
@@ -121,7 +158,7 @@ def _fuse(mod, target, tuning_db=None):
             replaced = {gv.name_hint for gv, f in mod.functions.items()
                         if not structural_equal(f, before.get(gv.name_hint))}
         mod = relax.transform.RewriteDataflowReshape()(mod)
-    return mod, replaced
+    return mod, replaced, before
 
 
 def call_counts(mod) -> dict[str, int]:
@@ -152,10 +189,10 @@ def lower_network(mod, target, *, tuning_db=None, name: str = "network",
     """The fused network and its kernels (PrimFuncs that `main` calls, in first-call order)."""
     tvm = import_tvm()
 
-    fused, replaced = _fuse(mod, target, tuning_db)
+    fused, replaced, before = _fuse(mod, target, tuning_db)
     funcs = {gv.name_hint: f for gv, f in fused.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc)}
-    kernels = tuple(Kernel(kname, calls, funcs[kname], kname in replaced)
+    kernels = tuple(Kernel(kname, calls, funcs[kname], kname in replaced, before.get(kname))
                     for kname, calls in call_counts(fused).items())
     db_name = None if tuning_db is None else (
         str(tuning_db) if isinstance(tuning_db, (str, os.PathLike)) else type(tuning_db).__name__)

@@ -32,12 +32,14 @@ class KernelPrediction:
     measured_s: float | None = None  # one call, timed on its own (with --measure)
     tuned: bool = False  # its schedule came from the tuning database
     kind: str = "call_tir"  # graph node kind; "builtin" rows have no kernel time
+    database_s: float | None = None  # one call, as the tuning database records it
 
     def to_json(self) -> dict:
         return {"name": self.name, "calls": self.calls, "predicted_s": self.predicted_s,
                 "predicted_total_s": self.total_s, "measured_s": self.measured_s,
                 "measured_total_s": None if self.measured_s is None
-                else self.calls * self.measured_s, "tuned": self.tuned, "kind": self.kind}
+                else self.calls * self.measured_s, "tuned": self.tuned, "kind": self.kind,
+                "database_s": self.database_s}
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class E2EResult:
     measured_s: float | None = None
     measurement: object = field(default=None, repr=False, compare=False)  # NetworkMeasurement
     measured_kernels_replay_s: float | None = None  # replay with kernels timed alone
+    database_replay_s: float | None = None  # replay with the tuning database's timings
 
     @property
     def error_rel(self) -> float | None:
@@ -78,12 +81,27 @@ class E2EResult:
         return replace(self, kernels=kernels, measured_s=m.latency_s, measurement=m,
                        measured_kernels_replay_s=oracle)
 
+    def with_database(self, latencies: Mapping[str, float]) -> "E2EResult":
+        """A new result holding the tuning database's time of each kernel
+        (`kernels.database_latencies`). When the database times every kernel,
+        `database_replay_s` is the replay of the graph with those times (and the same call
+        overhead): what the database alone says the network takes, with no model and no
+        new measurement; its gap to `predicted_s` is the model's error on these kernels."""
+        kernels = tuple(replace(k, database_s=latencies.get(k.name)) for k in self.kernels)
+        try:
+            total = replay(self.graph, dict(latencies), overhead=self.replay.overhead,
+                           queue_of=dict(enumerate(self.replay.queue))).total_s
+        except KeyError:  # some kernel is not in the database
+            total = None
+        return replace(self, kernels=kernels, database_replay_s=total)
+
     def to_json(self) -> dict:
         o = self.replay.overhead
         return {"network": self.network, "batch": self.batch, "device_id": self.device_id,
                 "predicted_s": self.predicted_s, "measured_s": self.measured_s,
                 "error_rel": self.error_rel,
                 "measured_kernels_replay_s": self.measured_kernels_replay_s,
+                "database_replay_s": self.database_replay_s,
                 "kernels": [k.to_json() for k in self.kernels],
                 "nodes": len(self.graph),
                 "overhead": {"per_call_s": o.per_call_s, "per_builtin_s": o.per_builtin_s,

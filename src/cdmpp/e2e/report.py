@@ -39,6 +39,15 @@ def format_table(result, top: int = 10) -> str:
             lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "
                          f"({100 * (replayed / result.measured_s - 1):+.1f}% vs measured: the "
                          "replay's own error)")
+    if result.database_replay_s is not None:
+        db = result.database_replay_s
+        lines.append(f"replay of the tuning database's timings: {_ms(db)} ms (the prediction is "
+                     f"{100 * (result.predicted_s / db - 1):+.1f}% from it)")
+    elif any(k.database_s is not None for k in result.kernels):
+        timed = sum(k.database_s is not None for k in result.kernels)
+        total = sum(k.kind != "builtin" for k in result.kernels)
+        lines.append(f"the tuning database times {timed} of the {total} kernels: no replay of "
+                     "its timings")
     o = result.replay.overhead
     lines.append(f"overhead   {1e6 * o.per_call_s:.3f} us per kernel call, "
                  f"{1e6 * o.per_builtin_s:.3f} us per builtin, {1e6 * o.per_invoke_s:.3f} us "
@@ -48,6 +57,9 @@ def format_table(result, top: int = 10) -> str:
     head = f"{'kernel':<44} {'calls':>5} {'pred ms/call':>12} {'pred ms':>9} {'share':>6}"
     if measured:
         head += f" {'meas ms/call':>12} {'error':>7}"
+    in_database = any(k.database_s is not None for k in result.kernels)
+    if in_database:
+        head += f" {'db ms/call':>11} {'vs db':>7}"
     lines.append(head)
     for k in result.kernels[:top]:
         share = k.total_s / result.predicted_s if result.predicted_s else 0.0
@@ -56,6 +68,9 @@ def format_table(result, top: int = 10) -> str:
         if measured:
             err = "" if not k.measured_s else f"{100 * (k.predicted_s / k.measured_s - 1):+.0f}%"
             row += f" {_ms(k.measured_s):>12} {err:>7}"
+        if in_database:
+            err = "" if not k.database_s else f"{100 * (k.predicted_s / k.database_s - 1):+.0f}%"
+            row += f" {_ms(k.database_s):>11} {err:>7}"
         lines.append(row)
     if len(result.kernels) > top:
         rest = sum(k.total_s for k in result.kernels[top:])
