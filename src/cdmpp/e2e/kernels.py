@@ -88,7 +88,8 @@ def database_latencies(net: "NetworkModule", tuning_db=None) -> dict[str, float]
     workload it holds: its best record for the workload (the one TVM applies), with cdmpp's
     label statistic, the minimum of the record's `run_secs` (docs/measurement.md). Kernels the
     database does not hold, or whose best record has no valid timing, are left out.
-    `tuning_db`: the database the network was lowered with by default."""
+    `tuning_db`: by default the database the network was lowered with (give it again if that
+    was a `Database` object rather than a path)."""
     from cdmpp.types import check_run_secs
 
     tvm = import_tvm()

@@ -114,7 +114,8 @@ class CDMPPRegressor:
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
         device = self._device_matrix(programs)
-        return TrainData(feats, positions, target, device, weight, _groups(programs, device))
+        groups = None if latency_s is None else _groups(programs, device)  # training only
+        return TrainData(feats, positions, target, device, weight, groups)
 
     def _leaf_inputs(self, leaf_features: np.ndarray) -> np.ndarray:
         """Leaf rows (of one program or many) as the network reads them
