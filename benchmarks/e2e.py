@@ -75,6 +75,8 @@ def _pct(x) -> str:
 
 def table(rows) -> str:
     others = list(rows[0]["by_model"])[1:] if rows else []
+    # the other models' column: error vs the measured total, or vs the database without one
+    key = ("error_rel" if any(r["measured_s"] is not None for r in rows) else "vs_database_rel")
     head = (f"{'network':<14} {'batch':>5} {'predicted ms':>13} {'measured ms':>12} "
             f"{'error':>8} {'replay(meas) ms':>16} {'replay(db) ms':>14} {'vs db':>8} "
             f"{'pred time s':>11}" + "".join(f" {m[-12:]:>12}" for m in others))
@@ -86,7 +88,7 @@ def table(rows) -> str:
                      f"{_ms(r['measured_kernels_replay_s']):>16} "
                      f"{_ms(r['database_replay_s']):>14} {_pct(first['vs_database_rel']):>8} "
                      f"{r['prediction_s']:>11.3f}"
-                     + "".join(f" {_pct(r['by_model'][m]['error_rel']):>12}" for m in others))
+                     + "".join(f" {_pct(r['by_model'][m][key]):>12}" for m in others))
     if rows:
         lines.append("-" * len(head))
         for m in list(rows[0]["by_model"]):
