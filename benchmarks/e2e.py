@@ -92,9 +92,10 @@ def table(rows) -> str:
     if rows:
         lines.append("-" * len(head))
         for m in list(rows[0]["by_model"]):
-            for key, what in (("error_rel", "vs measured"), ("vs_database_rel", "vs database")):
-                errors = [abs(r["by_model"][m][key]) for r in rows
-                          if r["by_model"][m][key] is not None]
+            for against, what in (("error_rel", "vs measured"),
+                                  ("vs_database_rel", "vs database")):
+                errors = [abs(r["by_model"][m][against]) for r in rows
+                          if r["by_model"][m][against] is not None]
                 if errors:
                     lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
                                  f" worst {100 * max(errors):.1f}% over {len(errors)} networks")

@@ -73,13 +73,8 @@ class E2EResult:
         with those timings: its gap to `measured_s` is the replay's own error."""
         per_kernel = m.kernel_s()
         kernels = tuple(replace(k, measured_s=per_kernel.get(k.name)) for k in self.kernels)
-        try:
-            oracle = replay(self.graph, per_kernel, overhead=self.replay.overhead,
-                            queue_of=dict(enumerate(self.replay.queue))).total_s
-        except KeyError:  # some kernel was not timed alone
-            oracle = None
         return replace(self, kernels=kernels, measured_s=m.latency_s, measurement=m,
-                       measured_kernels_replay_s=oracle)
+                       measured_kernels_replay_s=self._replay_with(per_kernel))
 
     def with_database(self, latencies: Mapping[str, float]) -> "E2EResult":
         """A new result holding the tuning database's time of each kernel
@@ -88,12 +83,16 @@ class E2EResult:
         overhead): what the database alone says the network takes, with no model and no
         new measurement; its gap to `predicted_s` is the model's error on these kernels."""
         kernels = tuple(replace(k, database_s=latencies.get(k.name)) for k in self.kernels)
+        return replace(self, kernels=kernels, database_replay_s=self._replay_with(latencies))
+
+    def _replay_with(self, kernel_s: Mapping[str, float]) -> float | None:
+        """The total of this result's graph replayed with other kernel durations (same queues
+        and call overhead), or None when some kernel has none."""
         try:
-            total = replay(self.graph, dict(latencies), overhead=self.replay.overhead,
-                           queue_of=dict(enumerate(self.replay.queue))).total_s
-        except KeyError:  # some kernel is not in the database
-            total = None
-        return replace(self, kernels=kernels, database_replay_s=total)
+            return replay(self.graph, dict(kernel_s), overhead=self.replay.overhead,
+                          queue_of=dict(enumerate(self.replay.queue))).total_s
+        except KeyError:  # replay.MissingDurationError
+            return None
 
     def to_json(self) -> dict:
         o = self.replay.overhead

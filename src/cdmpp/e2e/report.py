@@ -39,11 +39,12 @@ def format_table(result, top: int = 10) -> str:
             lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "
                          f"({100 * (replayed / result.measured_s - 1):+.1f}% vs measured: the "
                          "replay's own error)")
+    in_database = any(k.database_s is not None for k in result.kernels)
     if result.database_replay_s is not None:
         db = result.database_replay_s
         lines.append(f"replay of the tuning database's timings: {_ms(db)} ms (the prediction is "
                      f"{100 * (result.predicted_s / db - 1):+.1f}% from it)")
-    elif any(k.database_s is not None for k in result.kernels):
+    elif in_database:
         timed = sum(k.database_s is not None for k in result.kernels)
         total = sum(k.kind != "builtin" for k in result.kernels)
         lines.append(f"the tuning database times {timed} of the {total} kernels: no replay of "
@@ -57,7 +58,6 @@ def format_table(result, top: int = 10) -> str:
     head = f"{'kernel':<44} {'calls':>5} {'pred ms/call':>12} {'pred ms':>9} {'share':>6}"
     if measured:
         head += f" {'meas ms/call':>12} {'error':>7}"
-    in_database = any(k.database_s is not None for k in result.kernels)
     if in_database:
         head += f" {'db ms/call':>11} {'vs db':>7}"
     lines.append(head)
