@@ -27,6 +27,7 @@ import numpy as np
 
 from cdmpp.atomic import write_text_atomic
 from cdmpp.dataset.loader import programs_for_rows
+from cdmpp.gc_scope import heap_frozen
 from cdmpp.measure.database import (RECORD_FILE, DatabaseError, SkippedLine, _lines_with_tail,
                                     _load_sidecars, _parse_record, find_databases,
                                     load_database)
@@ -202,6 +203,7 @@ def resolve_databases(dbs) -> list[tuple[str, Path]]:
     return out
 
 
+@heap_frozen()
 def predict_databases(estimator, dbs, *, store: str | Path | None = None,
                       workers: int | None = None, progress: bool = False) -> PredictionResult:
     """Predict every record of the databases under `dbs` (directories, or folders of them).

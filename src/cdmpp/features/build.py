@@ -13,6 +13,7 @@ from pathlib import Path
 from cdmpp.features.samples import device_id_of, sample_row, schema, tasks_json_of
 from cdmpp.features.store import (DEVICES_FILE, FAILURES_FILE, SAMPLES_FILE, FeatureStore,
                                   program_key, write_shard)
+from cdmpp.gc_scope import heap_frozen
 from cdmpp.measure.database import find_databases, load_database
 
 _CHUNK = 32  # records per extraction job: one workload decode serves the whole chunk
@@ -67,6 +68,7 @@ def _chunks(keyed):
             yield items[i:i + _CHUNK]
 
 
+@heap_frozen()
 def extract_programs(records, *, workers: int | None = None, progress: bool = False,
                      keys=None) -> tuple[dict, dict]:
     """Compact ASTs of the records' programs, extracted in parallel (forked workers that
@@ -147,6 +149,7 @@ def open_store(db_paths, store: str | Path | None = None, *,
     return FeatureStore(path)
 
 
+@heap_frozen()
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 progress: bool = True) -> BuildReport:
     """Add every record of the databases under `db_paths` to the store at `out`."""
@@ -155,6 +158,7 @@ def build_store(db_paths, out: str | Path, *, workers: int | None = None,
     return build_store_from(loaded, out, workers=workers, progress=progress)
 
 
+@heap_frozen()
 def build_store_from(loaded, out: str | Path, *, workers: int | None = None,
                      progress: bool = True) -> BuildReport:
     """`build_store` for databases the caller has already loaded (`load_database(strict=False)`
