@@ -143,3 +143,9 @@ def test_database_written_by_tvm_tune_tir_loads(tmp_path):
     from cdmpp.measure import tvm_codec
 
     assert db.workloads[0].shash == tvm_codec.structural_hash(mod)
+    from cdmpp.measure.trace_replay import replay_direct
+
+    for rec in db.records:  # TVM's traces replay here to TVM's own modules
+        assert tvm_codec.structural_equal(
+            replay_direct(mod, rec.trace_json).mod,
+            tvm_codec.replay_trace(mod, rec.trace_json, direct=False).mod)
