@@ -1,6 +1,6 @@
 """Keep Python's cyclic garbage collector from walking the heap TVM and torch leave behind.
 
-With both imported, the heap holds hundreds of thousands of long-lived objects, and every
+With both imported (and a model loaded) the heap holds ~240,000 long-lived objects, and every
 oldest-generation collection walks all of them. Parsing a few hundred database lines and
 building their rows allocates enough to trigger such collections: they were about a third of
 `predict`'s main-process CPU on nine databases (0.13 of 0.37 s; docs/features.md).
