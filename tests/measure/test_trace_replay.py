@@ -117,3 +117,18 @@ def test_undefined_names_and_missing_decisions_are_refused(shared_data):
         next(i for i, inst in enumerate(insts) if inst[0] == "SampleComputeLocation"))
     with pytest.raises(DirectReplayError, match="without a decision"):
         replay_direct(mod, [insts, decisions[:at] + decisions[at + 1:]])
+
+
+def test_a_root_location_used_as_a_loop_is_refused(shared_data):
+    """TVM's replay hands on a root "loop"; here only ComputeAt accepts one."""
+    for rec in load_database(shared_data / "softmax_12x128x128").records:
+        insts, decisions = copy.deepcopy(rec.trace_json)
+        at = next((i for i, d in decisions
+                   if insts[i][0] == "SampleComputeLocation" and d == -1), None)
+        if at is not None:
+            break
+    else:
+        raise AssertionError("no softmax record computes a block at the root")
+    insts.append(["Parallel", [insts[at][3][0]], [], []])
+    with pytest.raises(DirectReplayError, match="Parallel"):
+        replay_direct(rec.workload.mod(), [insts, decisions])

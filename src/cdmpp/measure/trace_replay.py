@@ -25,7 +25,18 @@ class DirectReplayError(RuntimeError):
     """The trace cannot be replayed here; TVM's own replay must be used."""
 
 
-_ROOT, _INLINE = "compute-root", "compute-inline"  # locations that are not loops
+class _Location:
+    """A compute location that is not a loop. Only `ComputeAt` takes it: any other primitive
+    given one fails to convert it, so the trace falls back to TVM's replay."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_ROOT, _INLINE = _Location("compute-root"), _Location("compute-inline")
 
 
 def _ffi():
