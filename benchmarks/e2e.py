@@ -39,7 +39,7 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
                         name=name, batch=batch)
     t1 = time.perf_counter()
     results = {m: predict_network(est, net, device=device) for m, est in models.items()}
-    if tuning_db:
+    if tuning_db is not None:
         recorded = database_latencies(net)
         results = {m: r.with_database(recorded) for m, r in results.items()}
     t2 = time.perf_counter()
@@ -121,10 +121,12 @@ def main() -> int:
     import torch
 
     from cdmpp.device import local_device
+    from cdmpp.e2e.kernels import open_tuning_database
     from cdmpp.measure.collect import set_threads
     from cdmpp.model.registry import load_estimator
 
     torch.set_num_threads(1)  # torch only exports; the cores are TVM's
+    tuning_db = open_tuning_database(args.tuning_db)  # once for all networks (~5 s each open)
     names = args.model or ["default"]
     models = {m: load_estimator(m) for m in names}
     device = local_device()
@@ -133,7 +135,7 @@ def main() -> int:
     for name in args.networks.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             rows.append(run_one(models, name, batch, kernels=args.kernels,
-                                tuning_db=args.tuning_db, device=device,
+                                tuning_db=tuning_db, device=device,
                                 measure=not args.no_measure))
             r = rows[-1]
             measured = ("not measured" if r["measured_s"] is None else

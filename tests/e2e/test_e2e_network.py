@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from e2e_helpers import device, lowered  # noqa: F401  (fixtures)
@@ -125,6 +127,11 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
     from cdmpp.e2e.kernels import database_latencies
 
     assert database_latencies(tuned) == {kernel.name: 1e-6}
+    # lowering opened the database once; reading its timings does not open the files again
+    copy = shutil.copytree(tmp_path, tmp_path.parent / f"{tmp_path.name}-copy")
+    from_copy = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=copy)
+    shutil.rmtree(copy)
+    assert database_latencies(from_copy) == {kernel.name: 1e-6}
     with pytest.raises(ValueError, match="without a tuning database"):
         database_latencies(untuned, tmp_path)
     with pytest.raises(FileNotFoundError, match="not a TVM JSON database"):

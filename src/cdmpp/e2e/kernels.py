@@ -48,6 +48,9 @@ class NetworkModule:
     name: str = "network"
     batch: int | None = None
     tuning_db: str | None = None
+    # the meta_schedule Database `tuning_db` names, opened once by `lower_network` (opening a
+    # JSON database of 1,641 records takes ~5 s here); None without one
+    database: object = field(default=None, compare=False, repr=False)
 
     def kernel(self, name: str) -> Kernel:
         for k in self.kernels:
@@ -88,12 +91,11 @@ def database_latencies(net: "NetworkModule", tuning_db=None) -> dict[str, float]
     workload it holds: its best record for the workload (the one TVM applies), with cdmpp's
     label statistic, the minimum of the record's `run_secs` (docs/measurement.md). Kernels the
     database does not hold, or whose best record has no valid timing, are left out.
-    `tuning_db`: by default the database the network was lowered with (give it again if that
-    was a `Database` object rather than a path)."""
+    `tuning_db`: by default the database the network was lowered with."""
     from cdmpp.types import check_run_secs
 
     tvm = import_tvm()
-    database = _tuning_database(tuning_db if tuning_db is not None else net.tuning_db)
+    database = open_tuning_database(tuning_db) if tuning_db is not None else net.database
     if database is None:
         raise ValueError(f"{net.name} was lowered without a tuning database")
     target = tvm.target.Target(net.target)
@@ -108,7 +110,7 @@ def database_latencies(net: "NetworkModule", tuning_db=None) -> dict[str, float]
     return out
 
 
-def _tuning_database(tuning_db):
+def open_tuning_database(tuning_db):
     """None, a meta_schedule Database, or the path of a TVM JSON database."""
     from pathlib import Path
 
@@ -149,7 +151,7 @@ def _fuse(mod, target, tuning_db=None):
     before: dict = {}
     with tgt:  # the caller's PassContext, as tvm.compile runs its pipeline
         mod = seq(mod)
-        database = _tuning_database(tuning_db)
+        database = open_tuning_database(tuning_db)
         if database is not None:
             before = {gv.name_hint: f for gv, f in mod.functions.items()}
             with database:
@@ -188,11 +190,12 @@ def lower_network(mod, target, *, tuning_db=None, name: str = "network",
     """The fused network and its kernels (PrimFuncs that `main` calls, in first-call order)."""
     tvm = import_tvm()
 
-    fused, replaced, before = _fuse(mod, target, tuning_db)
+    database = open_tuning_database(tuning_db)  # opened once: database_latencies reads it too
+    fused, replaced, before = _fuse(mod, target, database)
     funcs = {gv.name_hint: f for gv, f in fused.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc)}
     kernels = tuple(Kernel(kname, calls, funcs[kname], kname in replaced, before.get(kname))
                     for kname, calls in call_counts(fused).items())
     db_name = None if tuning_db is None else (
         str(tuning_db) if isinstance(tuning_db, (str, os.PathLike)) else type(tuning_db).__name__)
-    return NetworkModule(fused, kernels, target_dict(target), name, batch, db_name)
+    return NetworkModule(fused, kernels, target_dict(target), name, batch, db_name, database)
