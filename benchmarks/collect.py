@@ -2,6 +2,7 @@
 
     python benchmarks/collect.py                   # throughput + noise of the default protocol
     python benchmarks/collect.py --study           # compare timing protocols (docs/measurement.md)
+        [--protocols "NAME;NAME"] [--tasks TASK,...] [--programs-per-task N] [--json OUT]
 
 Throughput: `cdmpp collect` on a fixed task sample into a fresh directory (sampling, building,
 timing, writing), reported as programs/hour, with the noise floor of what it measured.
@@ -9,7 +10,9 @@ timing, writing), reported as programs/hour, with the noise floor of what it mea
 Study: programs of the same fixed sample are built once, then timed by each protocol twice
 (runs A and B, minutes apart, protocols interleaved). For each protocol and label statistic:
 timing seconds per program, the raw pass-to-pass difference, and the label reproducibility
-|label_A - label_B| / min(label_A, label_B) -- the noise a model trained on these labels sees.
+|label_A - label_B| / min(label_A, label_B) -- the noise a model trained on these labels sees;
+and how each protocol's labels compare with the first protocol's on the same programs.
+`--tasks` times other catalog tasks (e.g. ones with programs of 20 ms or more).
 Targets: >= 6000 programs/hour, median pass-to-pass difference <= 3%.
 """
 
@@ -41,7 +44,8 @@ STATISTICS = {
 def protocols():
     from cdmpp.measure.timing import Protocol
 
-    base = Protocol()
+    # the protocols before 2026-11-23 23:00 warmed every program up in every pass
+    base = replace(Protocol(), warm_up_every_pass=True)
     return {
         "tvm-like n3 r3 40ms, 3 passes": replace(base, number=3, repeat=3, min_repeat_ms=40,
                                                  passes=3, max_extra_passes=0),
@@ -59,6 +63,7 @@ def protocols():
                                                   max_extra_passes=2),
         "r5 10ms, 3 passes + re-measure": replace(base, repeat=5, min_repeat_ms=10, passes=3,
                                                   max_extra_passes=2),
+        "r3 20ms, 3 passes + re-measure, warm-up once": Protocol(),  # the default now
     }
 
 
@@ -95,6 +100,25 @@ def build_sample(tasks, programs_per_task: int, work: Path):
     return target, built
 
 
+def label_ratios(base_runs: dict, runs: dict, keys) -> dict:
+    """This protocol's labels over another's on the same programs (each label the minimum of
+    runs A and B): quantiles of the ratio, for all programs and for those of 20 ms or more."""
+    def label(rs, k):
+        got = [rs[run][0].get(k) for run in ("A", "B")]
+        ok = [m.latency_s for m in got if m is not None and not isinstance(m, Exception)]
+        return min(ok) if len(ok) == 2 else None
+
+    out = {}
+    for subset, floor_s in (("all", 0.0), ("20 ms or more", 0.02)):
+        pairs = [(label(runs, k), label(base_runs, k)) for k in keys]
+        ratios = [own / ref for own, ref in pairs if own and ref and ref >= floor_s]
+        if ratios:
+            q = np.quantile(ratios, [0.05, 0.5, 0.95])
+            out[subset] = {"n": len(ratios), "p5": round(float(q[0]), 4),
+                           "median": round(float(q[1]), 4), "p95": round(float(q[2]), 4)}
+    return out
+
+
 def study(tasks, programs_per_task: int, only=None) -> dict:
     from cdmpp.measure.collect import set_threads
     from cdmpp.measure.noise import noise_floor
@@ -113,6 +137,7 @@ def study(tasks, programs_per_task: int, only=None) -> dict:
                 measured = timer.measure_batch(programs)
                 results[name][run] = (measured, time.perf_counter() - start)
     table = {}
+    first = next(iter(results))  # labels of every protocol are compared with this one's
     for name, runs in results.items():
         (a, secs_a), (b, secs_b) = runs["A"], runs["B"]
         keys = [k for k in a if k in b and not isinstance(a[k], Exception)
@@ -124,6 +149,7 @@ def study(tasks, programs_per_task: int, only=None) -> dict:
             row[stat] = {"median_rel": round(float(np.median(gaps)), 4),
                          "within_5": round(float(np.mean(gaps <= 0.05)), 3),
                          "within_10": round(float(np.mean(gaps <= 0.10)), 3)}
+        row[f"label / label of {first!r}"] = label_ratios(results[first], runs, keys)
         table[name] = row
     return {"programs": len(built), "protocols": table}
 
@@ -134,11 +160,13 @@ def main() -> int:
     parser.add_argument("--programs-per-task", type=int, default=8)
     parser.add_argument("--protocols", help="with --study: only these protocols (names as "
                         "printed, separated by ';')")
+    parser.add_argument("--tasks", help="catalog task names, comma-separated (default: the "
+                        "ten operators of the fixed sample)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     from cdmpp.programs.catalog import get_task
 
-    tasks = [get_task(name) for name in SAMPLE]
+    tasks = [get_task(name) for name in (args.tasks.split(",") if args.tasks else SAMPLE)]
     only = set(args.protocols.split(";")) if args.protocols else None
     if only and not only <= set(protocols()):
         parser.error(f"unknown protocols: {sorted(only - set(protocols()))}")

@@ -86,3 +86,53 @@ def test_timer_waits_while_the_reference_kernel_is_slow(monkeypatch, wait_s):
     assert waited >= 0 and timer.waited_s == waited
     # waiting: the burst (3.0, 2.0) is sat out; not waiting: the reference is not even timed
     assert next(ratios, None) is (None if wait_s else 3.0)
+
+
+@pytest.mark.parametrize("every_pass", [True, False])
+def test_warm_up_once_times_long_programs_run_by_run(monkeypatch, every_pass):
+    from cdmpp.device import local_device
+    from cdmpp.measure import timing
+    from cdmpp.measure.build import compile_module
+    from cdmpp.measure.tvm_codec import args_info_to_json
+    from cdmpp.tvm_env import import_tvm
+    from conftest import MATMUL_64
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    tvm = import_tvm()
+    target = local_device().target
+    # min_repeat_ms=0: every program counts as one whose runs each last min_repeat_ms
+    protocol = Protocol(repeat=2, min_repeat_ms=0, passes=3, max_extra_passes=0,
+                        warm_up_every_pass=every_pass)
+    timer = Timer(protocol, target)
+    mod = tvm.IRModule({"main": MATMUL_64.prim_func().with_attr("global_symbol", "main")})
+    args = random_args(args_info_to_json(ArgInfo.from_prim_func(mod["main"])), timer.device)
+    built = compile_module(mod, target).jit()
+    calls = []
+    original = timing.Timer.run_by_run
+
+    def spy(self, call):
+        evaluate = original(self, call)
+        return lambda *a: calls.append(1) or evaluate(*a)
+
+    monkeypatch.setattr(timing.Timer, "run_by_run", spy)
+    m = timer.measure_batch([("mm", built, args)])["mm"]
+    assert len(m.passes) == 3 and all(len(p.values_s) == 2 for p in m.passes)
+    assert m.latency_s == min(m.run_secs) > 0
+    # the first pass always goes through time_evaluator (its warm-up); the rest run by run
+    assert len(calls) == (0 if every_pass else 2)
+
+
+def test_run_by_run_calls_a_bound_program():
+    from cdmpp.device import local_device
+    from cdmpp.measure.timing import _entry_call
+
+    class Bound:  # like e2e.measure.VMProgram: inputs bound, `run()` takes none
+        runs = 0
+
+        def run(self):
+            Bound.runs += 1
+
+    timer = Timer(Protocol(repeat=3), local_device().target)
+    values = timer.run_by_run(_entry_call(Bound(), []))().results
+    assert Bound.runs == 3 and len(values) == 3 and all(v >= 0 for v in values)
+    assert _entry_call(object(), []) is None

@@ -8,7 +8,8 @@ kernel built on its own) is timed in interleaved passes, a reference kernel befo
 passes when the two best passes disagree; the label is the minimum over every repeat of every
 pass (see `types.Measurement`), and every value is kept. TVM runs with the device's thread count.
 The VM is timed through `save_function` (arguments bound once), so a repeat is the inference
-alone; each time_evaluator call starts with one untimed warm-up run.
+alone; its first pass starts with one untimed warm-up run (time_evaluator's), and a network
+whose runs take `min_repeat_ms` or more is then timed run by run.
 """
 
 from __future__ import annotations

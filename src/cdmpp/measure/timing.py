@@ -13,6 +13,8 @@ Interference on shared VMs comes in bursts that slow everything for seconds. So:
   `quiet_wait_s`, for the burst to pass. Records that still got no undisturbed pass are
   re-timed later with `cdmpp collect --remeasure-disturbed`.
 The label is the minimum over all repeats of all passes (see types.Measurement).
+A program whose runs each take `min_repeat_ms` or more is timed by time_evaluator in its first
+pass only (which warms it up), then run by run without another warm-up.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ class Protocol:
     flush_cache: bool = False  # flush CPU caches before each run (TVM's cache_flush_cpu_non_first_arg)
     wait_slow_rel: float = 0.5  # reference kernel this much slower: wait before the pass ...
     quiet_wait_s: float = 20.0  # ... for at most this long (0: never wait)
+    # TVM's time_evaluator runs the program once, untimed, before every pass: for a program
+    # whose every run takes min_repeat_ms or more, a quarter of the pass. False: such a
+    # program is warmed up in its first pass only, then timed run by run (docs/measurement.md)
+    warm_up_every_pass: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -79,6 +85,23 @@ def reference_kernel(target: dict, size: int = 128):
     from cdmpp.measure.build import compile_module
 
     return compile_module(sch.mod, target).jit(), [["TENSOR", "float32", [size, size]]] * 3
+
+
+@dataclass(frozen=True)
+class _Results:
+    results: tuple  # seconds per repeat, as time_evaluator's result has them
+
+
+def _entry_call(rt_mod, args) -> Callable[[], object] | None:
+    """A call of the program's entry with its arguments (None when there is none to call)."""
+    run = getattr(rt_mod, "run", None)
+    if callable(run):  # a program with its inputs bound (e2e.measure.VMProgram)
+        return run
+    try:
+        func = rt_mod.get_function(ENTRY)
+    except Exception:  # noqa: BLE001 - no entry to call: time_evaluator keeps timing it
+        return None
+    return lambda: func(*args)
 
 
 class Timer:
@@ -128,6 +151,28 @@ class Timer:
         values = tuple(float(v) for v in evaluator(*args).results)
         return PassStats(values, round(ratio, 4))
 
+    def run_by_run(self, call: Callable[[], object]) -> Callable:
+        """An evaluator for a program that takes `min_repeat_ms` or more per run: `repeat`
+        runs, each timed alone, no warm-up (what time_evaluator does with number=1, minus its
+        warm-up run)."""
+        repeat = self.protocol.repeat
+
+        def evaluate(*_args):
+            values = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                call()
+                values.append(time.perf_counter() - start)
+            return _Results(tuple(values))
+
+        return evaluate
+
+    def _long_enough(self, stats: PassStats) -> bool:
+        """Every run of the pass lasted min_repeat_ms: time_evaluator ran them one by one."""
+        p = self.protocol
+        return (not p.warm_up_every_pass and p.number == 1 and not p.flush_cache
+                and min(stats.values_s) * 1e3 >= p.min_repeat_ms)
+
     def needs_more(self, passes: list[PassStats]) -> bool:
         p = self.protocol
         clean = sorted(s.min_s for s in passes if s.undisturbed(p.ref_slow_rel))
@@ -143,6 +188,7 @@ class Timer:
         Measurement, so one bad program does not lose the batch.
         """
         evaluators = {key: self.evaluator(mod) for key, mod, _ in programs}
+        modules = {key: mod for key, mod, _ in programs}
         args = {key: a for key, _, a in programs}
         passes: dict[str, list[PassStats]] = {key: [] for key, _, _ in programs}
         errors: dict[str, Exception] = {}
@@ -153,7 +199,12 @@ class Timer:
                 if key in errors:
                     continue
                 try:
-                    passes[key].append(self.one_pass(evaluators[key], args[key]))
+                    stats = self.one_pass(evaluators[key], args[key])
+                    passes[key].append(stats)
+                    if len(passes[key]) == 1 and self._long_enough(stats):
+                        call = _entry_call(modules[key], args[key])
+                        if call is not None:
+                            evaluators[key] = self.run_by_run(call)
                 except Exception as e:  # noqa: BLE001 - the program failed to run
                     errors[key] = e
             if on_pass:
