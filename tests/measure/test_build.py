@@ -62,3 +62,30 @@ def test_build_many_times_out_each_program_and_leaves_no_child():
 
 def test_build_many_of_nothing():
     assert build_many([], local_device().target, timeout_s=1) == []
+
+
+def test_built_module_is_the_program_compiled_in_process():
+    """The parent times the module its child compiled (shipped as LLVM IR): same machine code
+    and same outputs as compiling the program in-process, and no IR file is left behind."""
+    import glob
+    import tempfile
+
+    from cdmpp.measure.build import compile_module
+    from cdmpp.programs.sampling import sample_programs
+
+    tvm = import_tvm()
+    target = local_device().target
+    workload = _workload()
+    candidates = sample_programs(workload, target, 2, task=MATMUL_64.name)
+    mods = [workload] + [c.module(workload) for c in candidates]
+    infos = [[["TENSOR", "float32", [64, 64]]] * 3] + [c.args_info_json for c in candidates]
+    for mod, info, built in zip(mods, infos, build_many(mods, target, timeout_s=60)):
+        assert built.ok, built.error
+        direct = compile_module(mod, target).jit()
+        assert built.module.inspect_source("s") == direct.inspect_source("s")
+        ours, theirs = random_args(info, tvm.cpu()), random_args(info, tvm.cpu())
+        built.module["main"](*ours)
+        direct["main"](*theirs)
+        for x, y in zip(ours, theirs):
+            assert np.array_equal(x.numpy(), y.numpy())
+    assert not glob.glob(f"{tempfile.gettempdir()}/cdmpp-build-*")

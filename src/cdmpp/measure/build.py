@@ -2,29 +2,27 @@
 
 Some random schedules spend minutes in LLVM code generation, and an in-process call cannot be
 interrupted. So a forked child (it inherits the imported TVM: no import cost, unlike
-LocalBuilder's workers) compiles the program first, as a guard that can be killed at the time
-limit; only when it finished in time does the parent compile the same module in-process and
-keep it for timing. Compiling twice (~0.1 s each here) is cheaper than shipping the child's
-result back: exporting a shared library and linking it with the system compiler costs ~0.3 s
-per program (measured on dense schedules).
+LocalBuilder's workers) compiles each program, and is killed at the time limit. The child
+writes the compiled module as LLVM IR text (`write_to_file(..., "ll")`, ~1 ms); the parent
+loads it (~4 ms) and asks for its entry function, which is when LLVM emits the machine code
+(60-100 ms per program here). The loaded module gives the same assembly as the compiled one
+(29 of 29 programs of the ten operators of benchmarks/collect.py) and the same outputs.
+Shipping a shared library instead costs ~0.3 s per program (exporting and linking with the
+system compiler); compiling the program again in the parent ~0.1 s.
 
-`build_many` overlaps the two compiles: while the parent compiles one program, the guard of
-the next one runs in its child, on the other core (one compile uses one core). Measured on 47
-programs of the ten operators of benchmarks/collect.py, two rounds: 0.228 and 0.201 s per
-program, against 0.270 and 0.278 s one after the other (the two vCPUs do not double the speed).
-The parent also asks the JIT for the program's entry function, which is when LLVM emits its
-machine code (~80 ms per program here): done in the timing loop, that cost was paid with both
-cores waiting; done here, it overlaps the next guard (56 programs, three alternated rounds:
-0.227-0.273 s per program for build + lookup, against 0.250-0.324 s).
+`build_many` overlaps the two sides: while the parent loads one program and emits its machine
+code, the child of the next one compiles on the other core.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from cdmpp.tvm_env import import_tvm
 
@@ -49,10 +47,12 @@ def compile_module(mod, target):
     return tvm.compile(mod, target=tvm.target.Target(target))
 
 
-def _child(mod, target, write_fd: int) -> None:
+def _child(mod, target, write_fd: int, ir_path: str | None) -> None:
     status = 1
     try:
-        compile_module(mod, target)
+        compiled = compile_module(mod, target)
+        if ir_path is not None:
+            compiled.mod.write_to_file(ir_path, "ll")
         status = 0
     except BaseException as e:  # noqa: BLE001 - report everything to the parent
         os.write(write_fd, f"{type(e).__name__}: {e}".encode()[-4000:])
@@ -78,14 +78,15 @@ class _Guard:
         os.close(self.read_fd)
 
 
-def _start_guard(mod, target) -> _Guard:
+def _start_guard(mod, target, ir_path: str | None = None) -> _Guard:
+    """Fork a child that compiles `mod` (and writes it to `ir_path` as LLVM IR, if given)."""
     import_tvm()
     read_fd, write_fd = os.pipe()
     start = time.perf_counter()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(mod, target, write_fd)
+        _child(mod, target, write_fd, ir_path)
     os.close(write_fd)
     return _Guard(pid, read_fd, start)
 
@@ -117,36 +118,42 @@ def compiles_in_time(mod, target, timeout_s: float) -> BuildResult:
     return _finish_guard(_start_guard(mod, target), timeout_s)
 
 
-def _compile_guarded(guard: BuildResult, mod, target) -> BuildResult:
+def _load_built(guard: BuildResult, ir_path: str) -> BuildResult:
+    """The runtime module the guard child compiled, machine code emitted, ready for timing."""
     if not guard.ok:
         return guard
+    tvm = import_tvm()
     try:
-        module = compile_module(mod, target).jit()
-        # LLVM's JIT generates machine code at the first lookup of a function (~75 ms per
-        # program here): do it now, while the next guard runs, not in the timing loop
+        module = tvm.runtime.load_module(ir_path)
+        # LLVM's JIT emits machine code at the first lookup of a function: do it now, while
+        # the next child compiles, not in the timing loop
         module.get_function(ENTRY)
-    except Exception as e:  # noqa: BLE001 - e.g. a non-deterministic compiler failure
+    except Exception as e:  # noqa: BLE001 - reported as this program's build failure
         return BuildResult(False, guard.build_secs, f"{type(e).__name__}: {e}")
+    finally:
+        Path(ir_path).unlink(missing_ok=True)
     return BuildResult(True, guard.build_secs, None, module)
 
 
 def build_guarded(mod, target, timeout_s: float) -> BuildResult:
     """The runtime module of `mod` for timing, or why there is none (error or time limit)."""
-    return _compile_guarded(compiles_in_time(mod, target, timeout_s), mod, target)
+    return build_many([mod], target, timeout_s)[0]
 
 
 def build_many(mods: Sequence, target, timeout_s: float) -> list[BuildResult]:
-    """`build_guarded` of each module, in order; the guard of the next module runs while the
-    parent compiles the current one."""
+    """`build_guarded` of each module, in order; the child of the next module compiles while
+    the parent loads the current one."""
     results: list[BuildResult] = []
-    pending = _start_guard(mods[0], target) if mods else None
-    try:
-        for i, mod in enumerate(mods):
-            guard, pending = _finish_guard(pending, timeout_s), None
-            if i + 1 < len(mods):
-                pending = _start_guard(mods[i + 1], target)
-            results.append(_compile_guarded(guard, mod, target))
-    finally:
-        if pending is not None:  # interrupted: leave no child behind
-            pending.kill()
+    with tempfile.TemporaryDirectory(prefix="cdmpp-build-") as work:
+        paths = [os.path.join(work, f"{i}.ll") for i in range(len(mods))]
+        pending = _start_guard(mods[0], target, paths[0]) if mods else None
+        try:
+            for i in range(len(mods)):
+                guard, pending = _finish_guard(pending, timeout_s), None
+                if i + 1 < len(mods):
+                    pending = _start_guard(mods[i + 1], target, paths[i + 1])
+                results.append(_load_built(guard, paths[i]))
+        finally:
+            if pending is not None:  # interrupted: leave no child behind
+                pending.kill()
     return results
