@@ -89,3 +89,38 @@ def test_built_module_is_the_program_compiled_in_process():
         for x, y in zip(ours, theirs):
             assert np.array_equal(x.numpy(), y.numpy())
     assert not glob.glob(f"{tempfile.gettempdir()}/cdmpp-build-*")
+
+
+def _with_bad_programs(monkeypatch):
+    """compile_module that hangs on "slow" and kills its process on "crash" (in the child)."""
+    import os
+    import signal
+    import time
+
+    from cdmpp.measure import build
+
+    real = build.compile_module
+
+    def compile_module(mod, target):
+        if isinstance(mod, str) and mod == "slow":
+            time.sleep(60)
+        if isinstance(mod, str) and mod == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(mod, target)
+
+    monkeypatch.setattr(build, "compile_module", compile_module)
+
+
+def test_a_hung_or_crashed_build_fails_alone(monkeypatch):
+    import psutil
+
+    _with_bad_programs(monkeypatch)
+    good = _workload()
+    before = {p.pid for p in psutil.Process().children()}
+    results = build_many([good, "slow", good, "crash", good], local_device().target,
+                         timeout_s=3)
+    assert [r.ok for r in results] == [True, False, True, False, True]
+    assert results[1].error.startswith("timeout") and results[1].build_secs >= 3
+    assert results[3].error == "build process killed by signal 9"
+    assert all(r.module is not None for r in results if r.ok)
+    assert {p.pid for p in psutil.Process().children()} <= before

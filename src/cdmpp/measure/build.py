@@ -1,22 +1,24 @@
 """Build programs for timing, with a hard time limit on code generation.
 
 Some random schedules spend minutes in LLVM code generation, and an in-process call cannot be
-interrupted. So a forked child (it inherits the imported TVM: no import cost, unlike
-LocalBuilder's workers) compiles each program, and is killed at the time limit. The child
-writes the compiled module as LLVM IR text (`write_to_file(..., "ll")`, ~1 ms); the parent
-loads it (~4 ms) and asks for its entry function, which is when LLVM emits the machine code
-(60-100 ms per program here). The loaded module gives the same assembly as the compiled one
-(29 of 29 programs of the ten operators of benchmarks/collect.py) and the same outputs.
-Shipping a shared library instead costs ~0.3 s per program (exporting and linking with the
-system compiler); compiling the program again in the parent ~0.1 s.
-
-`build_many` overlaps the two sides: while the parent loads one program and emits its machine
-code, the child of the next one compiles on the other core.
+interrupted. So a forked child (it inherits the imported TVM and the modules: no import cost,
+unlike LocalBuilder's workers, and nothing to serialize) compiles a batch of programs in
+order, and is killed when one takes longer than the time limit; a new child then goes on with
+the next program. The child writes each compiled module as LLVM IR text
+(`write_to_file(..., "ll")`, ~1 ms) and reports it on a pipe; the parent loads it (~4 ms) and
+asks for its entry function, which is when LLVM emits the machine code (60-100 ms per program
+here), while the child compiles the next ones on the other core. The loaded module gives the
+same assembly as the compiled one (29 of 29 programs of the ten operators of
+benchmarks/collect.py) and the same outputs (tests/measure/test_build.py). Shipping a shared
+library instead costs ~0.3 s per program (exporting and linking with the system compiler);
+compiling the program again in the parent ~0.1 s; forking a child per program 35-60 ms.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import tempfile
 import time
@@ -26,14 +28,13 @@ from pathlib import Path
 
 from cdmpp.tvm_env import import_tvm
 
-_POLL_S = 0.005
 ENTRY = "main"  # the function the timer times (the workloads' global symbol)
 
 
 @dataclass(frozen=True)
 class BuildResult:
     ok: bool
-    build_secs: float  # the guard's compile time
+    build_secs: float  # the child's compile time
     error: str | None = None  # "timeout: ..." or the compiler's error
     module: object = None  # the in-process runtime module (ready for time_evaluator) when ok
 
@@ -47,86 +48,108 @@ def compile_module(mod, target):
     return tvm.compile(mod, target=tvm.target.Target(target))
 
 
-def _child(mod, target, write_fd: int, ir_path: str | None) -> None:
-    status = 1
+def _compile_all(mods, target, first: int, paths, write_fd: int) -> None:
+    """Child: compile `mods[first:]` in order (writing each as LLVM IR to its path, if paths are
+    given) and report each on `write_fd` as a JSON line {"i", "secs", "end", "error"?}."""
     try:
-        compiled = compile_module(mod, target)
-        if ir_path is not None:
-            compiled.mod.write_to_file(ir_path, "ll")
-        status = 0
-    except BaseException as e:  # noqa: BLE001 - report everything to the parent
-        os.write(write_fd, f"{type(e).__name__}: {e}".encode()[-4000:])
+        for i in range(first, len(mods)):
+            start = time.perf_counter()
+            report = {"i": i}
+            try:
+                compiled = compile_module(mods[i], target)
+                if paths is not None:
+                    compiled.mod.write_to_file(paths[i], "ll")
+            except BaseException as e:  # noqa: BLE001 - reported, the next program goes on
+                report["error"] = f"{type(e).__name__}: {e}"[-4000:]
+            report.update(secs=time.perf_counter() - start, end=time.monotonic())
+            os.write(write_fd, (json.dumps(report) + "\n").encode())
     finally:
+        os._exit(0)  # skip atexit handlers and TVM's destructors in the child
+
+
+class _Compiler:
+    """A forked child compiling `mods[first:]`, read one report at a time."""
+
+    def __init__(self, mods, target, first: int, paths):
+        import_tvm()
+        read_fd, write_fd = os.pipe()
+        self.started = time.monotonic()  # when the program being compiled began
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(read_fd)
+            _compile_all(mods, target, first, paths, write_fd)
         os.close(write_fd)
-        os._exit(status)  # skip atexit handlers and TVM's destructors in the child
+        self.fd, self._buffer, self.alive = read_fd, b"", True
 
-
-@dataclass(frozen=True)
-class _Guard:
-    """A guard child compiling one program."""
-
-    pid: int
-    read_fd: int
-    start: float
+    def next_report(self, timeout_s: float) -> dict:
+        """The next program's report; {"error": "timeout: ..."} past `timeout_s` since that
+        program began (the child is then killed), or why the child died."""
+        while b"\n" not in self._buffer:
+            remaining = self.started + timeout_s - time.monotonic()
+            ready = select.select([self.fd], [], [], remaining)[0] if remaining > 0 else []
+            if not ready:
+                elapsed = time.monotonic() - self.started
+                self.kill()
+                return {"secs": elapsed, "error": f"timeout: build took over {timeout_s:g} s"}
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:  # the child died without reporting this program
+                _, status = os.waitpid(self.pid, 0)
+                self.alive = False
+                os.close(self.fd)
+                why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                       else f"exited with status {os.WEXITSTATUS(status)}")
+                return {"secs": time.monotonic() - self.started,
+                        "error": f"build process {why}"}
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        report = json.loads(line)
+        self.started = report["end"]
+        return report
 
     def kill(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
         try:
             os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
+        except ProcessLookupError:
             pass
-        os.close(self.read_fd)
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)
 
 
-def _start_guard(mod, target, ir_path: str | None = None) -> _Guard:
-    """Fork a child that compiles `mod` (and writes it to `ir_path` as LLVM IR, if given)."""
-    import_tvm()
-    read_fd, write_fd = os.pipe()
-    start = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(mod, target, write_fd, ir_path)
-    os.close(write_fd)
-    return _Guard(pid, read_fd, start)
-
-
-def _finish_guard(guard: _Guard, timeout_s: float) -> BuildResult:
-    """Wait for the guard until `timeout_s` after it started; kill it past that."""
-    status = None
-    while time.perf_counter() - guard.start < timeout_s:
-        done, status = os.waitpid(guard.pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(_POLL_S)
-    else:
-        guard.kill()
-        return BuildResult(False, time.perf_counter() - guard.start,
-                           f"timeout: build took over {timeout_s:g} s")
-    elapsed = time.perf_counter() - guard.start
-    with os.fdopen(guard.read_fd, "rb") as f:
-        message = f.read().decode(errors="replace")
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return BuildResult(True, elapsed)
-    if os.WIFSIGNALED(status):
-        message = message or f"build process killed by signal {os.WTERMSIG(status)}"
-    return BuildResult(False, elapsed, message or "build failed without a message")
+def _reports(mods, target, timeout_s: float, paths):
+    """(index, report) of every module in order, compiled by as many children as time-outs and
+    crashes need."""
+    first, compiler = 0, None
+    try:
+        while first < len(mods):
+            compiler = _Compiler(mods, target, first, paths)
+            while first < len(mods) and compiler.alive:
+                report = compiler.next_report(timeout_s)
+                yield first, report
+                first += 1
+            compiler.kill()  # finished or dead: reaped either way
+    finally:
+        if compiler is not None:  # interrupted: leave no child behind
+            compiler.kill()
 
 
 def compiles_in_time(mod, target, timeout_s: float) -> BuildResult:
     """Compile `mod` in a forked child; kill it after `timeout_s`. No module is returned."""
-    return _finish_guard(_start_guard(mod, target), timeout_s)
+    (_, report), = _reports([mod], target, timeout_s, None)
+    return BuildResult("error" not in report, report["secs"], report.get("error"))
 
 
 def _load_built(guard: BuildResult, ir_path: str) -> BuildResult:
-    """The runtime module the guard child compiled, machine code emitted, ready for timing."""
+    """The runtime module the child compiled, machine code emitted, ready for timing."""
     if not guard.ok:
         return guard
     tvm = import_tvm()
     try:
         module = tvm.runtime.load_module(ir_path)
         # LLVM's JIT emits machine code at the first lookup of a function: do it now, while
-        # the next child compiles, not in the timing loop
+        # the child compiles the next programs, not in the timing loop
         module.get_function(ENTRY)
     except Exception as e:  # noqa: BLE001 - reported as this program's build failure
         return BuildResult(False, guard.build_secs, f"{type(e).__name__}: {e}")
@@ -141,19 +164,12 @@ def build_guarded(mod, target, timeout_s: float) -> BuildResult:
 
 
 def build_many(mods: Sequence, target, timeout_s: float) -> list[BuildResult]:
-    """`build_guarded` of each module, in order; the child of the next module compiles while
-    the parent loads the current one."""
+    """`build_guarded` of each module, in order: a child compiles them one after the other
+    while the parent loads those it has finished."""
     results: list[BuildResult] = []
     with tempfile.TemporaryDirectory(prefix="cdmpp-build-") as work:
         paths = [os.path.join(work, f"{i}.ll") for i in range(len(mods))]
-        pending = _start_guard(mods[0], target, paths[0]) if mods else None
-        try:
-            for i in range(len(mods)):
-                guard, pending = _finish_guard(pending, timeout_s), None
-                if i + 1 < len(mods):
-                    pending = _start_guard(mods[i + 1], target, paths[i + 1])
-                results.append(_load_built(guard, paths[i]))
-        finally:
-            if pending is not None:  # interrupted: leave no child behind
-                pending.kill()
+        for i, report in _reports(mods, target, timeout_s, paths):
+            compiled = BuildResult("error" not in report, report["secs"], report.get("error"))
+            results.append(_load_built(compiled, paths[i]))
     return results
