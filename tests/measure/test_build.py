@@ -76,6 +76,7 @@ def test_built_module_is_the_program_compiled_in_process():
     tvm = import_tvm()
     target = local_device().target
     workload = _workload()
+    work_dirs = set(glob.glob(f"{tempfile.gettempdir()}/cdmpp-build-*"))
     candidates = sample_programs(workload, target, 2, task=MATMUL_64.name)
     mods = [workload] + [c.module(workload) for c in candidates]
     infos = [[["TENSOR", "float32", [64, 64]]] * 3] + [c.args_info_json for c in candidates]
@@ -88,7 +89,23 @@ def test_built_module_is_the_program_compiled_in_process():
         direct["main"](*theirs)
         for x, y in zip(ours, theirs):
             assert np.array_equal(x.numpy(), y.numpy())
-    assert not glob.glob(f"{tempfile.gettempdir()}/cdmpp-build-*")
+    assert set(glob.glob(f"{tempfile.gettempdir()}/cdmpp-build-*")) <= work_dirs
+
+
+def test_work_dirs_of_killed_builds_are_removed(tmp_path, monkeypatch):
+    import subprocess
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer runs
+    stale = tmp_path / f"cdmpp-build-{dead.pid}-abc"
+    stale.mkdir()
+    (stale / "0.ll").write_text("; IR of a build whose process was killed")
+    ours = tmp_path / "cdmpp-build-1-abc"  # pid 1 is alive
+    ours.mkdir()
+    assert build_many([], local_device().target, timeout_s=1) == []
+    assert not stale.exists() and ours.exists()
 
 
 def _with_bad_programs(monkeypatch):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import tempfile
 import time
@@ -163,11 +164,34 @@ def build_guarded(mod, target, timeout_s: float) -> BuildResult:
     return build_many([mod], target, timeout_s)[0]
 
 
+_WORK_PREFIX = "cdmpp-build-"
+
+
+def _remove_stale_work_dirs() -> None:
+    """Remove the work directories of builds whose process is gone (killed with SIGKILL, as
+    the collector may be: its next run cleans up)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_WORK_PREFIX}*-*"):
+        pid = path.name[len(_WORK_PREFIX):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def build_many(mods: Sequence, target, timeout_s: float) -> list[BuildResult]:
     """`build_guarded` of each module, in order: a child compiles them one after the other
     while the parent loads those it has finished."""
     results: list[BuildResult] = []
-    with tempfile.TemporaryDirectory(prefix="cdmpp-build-") as work:
+    _remove_stale_work_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{_WORK_PREFIX}{os.getpid()}-") as work:
         paths = [os.path.join(work, f"{i}.ll") for i in range(len(mods))]
         for i, report in _reports(mods, target, timeout_s, paths):
             compiled = BuildResult("error" not in report, report["secs"], report.get("error"))
