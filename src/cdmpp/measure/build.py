@@ -81,13 +81,15 @@ class _Compiler:
             _compile_all(mods, target, first, paths, write_fd)
         os.close(write_fd)
         self.fd, self._buffer, self.alive = read_fd, b"", True
+        self._poll = select.poll()  # poll, not select: any descriptor number
+        self._poll.register(read_fd, select.POLLIN)
 
     def next_report(self, timeout_s: float) -> dict:
         """The next program's report; {"error": "timeout: ..."} past `timeout_s` since that
         program began (the child is then killed), or why the child died."""
         while b"\n" not in self._buffer:
             remaining = self.started + timeout_s - time.monotonic()
-            ready = select.select([self.fd], [], [], remaining)[0] if remaining > 0 else []
+            ready = self._poll.poll(remaining * 1e3) if remaining > 0 else []
             if not ready:
                 elapsed = time.monotonic() - self.started
                 self.kill()
