@@ -118,6 +118,9 @@ def kernel_args_info(func) -> list:
             for info in infos]
 
 
+KERNEL_BUILD_TIMEOUT_S = 300.0  # untuned kernels of large networks compile for seconds
+
+
 def build_kernel(func, target):
     """A PrimFunc built on its own (TVM's default TIR pipeline), as the collector builds."""
     tvm = import_tvm()
@@ -144,10 +147,17 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
     programs = [("__network__", VMProgram(exe, random_inputs(net.mod, seed)), [])]
     failed: dict[str, str] = {}
     if kernels:
-        for k in net.kernels:
+        from cdmpp.measure.build import build_many
+
+        mods = [tvm.IRModule({"main": k.func.with_attr("global_symbol", "main")})
+                for k in net.kernels]
+        # built as the collector builds: a killable child compiles, the parent loads
+        for k, built in zip(net.kernels, build_many(mods, net.target, KERNEL_BUILD_TIMEOUT_S)):
             try:
+                if not built.ok:
+                    raise RuntimeError(f"build failed: {built.error}")
                 args = random_args(kernel_args_info(k.func), tvm.cpu(), seed)
-                programs.append((k.name, build_kernel(k.func, net.target), args))
+                programs.append((k.name, built.module, args))
             except Exception as e:  # noqa: BLE001 - reported, the rest is still timed
                 failed[k.name] = f"{type(e).__name__}: {e}"
     timer = Timer(protocol, net.target)
