@@ -70,6 +70,13 @@ class NetworkModule:
             return tvm.compile(self.mod, tgt, relax_pipeline=rest)
 
 
+def kernel_module(func):
+    """A kernel's PrimFunc as a module of its own, entry `main`: what is built and timed alone,
+    and (copied) the workload meta_schedule knows it by."""
+    tvm = import_tvm()
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
 def workload_module(kernel: Kernel, untuned: bool = False):
     """The meta_schedule workload of a kernel (as `relax_integration.extract_tasks` makes it):
     a tuning record of this IRModule in the database replaces the kernel. A deep copy: a
@@ -82,8 +89,7 @@ def workload_module(kernel: Kernel, untuned: bool = False):
         if kernel.untuned_func is None:
             raise ValueError(f"kernel {kernel.name} was lowered without a tuning database")
         func = kernel.untuned_func
-    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    return tvm.ir.load_json(tvm.ir.save_json(mod))
+    return tvm.ir.load_json(tvm.ir.save_json(kernel_module(func)))
 
 
 def database_latencies(net: "NetworkModule", tuning_db=None) -> dict[str, float]:

@@ -123,11 +123,10 @@ KERNEL_BUILD_TIMEOUT_S = 300.0  # untuned kernels of large networks compile for 
 
 def build_kernel(func, target):
     """A PrimFunc built on its own (TVM's default TIR pipeline), as the collector builds."""
-    tvm = import_tvm()
+    from cdmpp.e2e.kernels import kernel_module
     from cdmpp.measure.build import compile_module
 
-    func = func.with_attr("global_symbol", "main")
-    return compile_module(tvm.IRModule({"main": func}), target).jit()
+    return compile_module(kernel_module(func), target).jit()
 
 
 def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
@@ -147,10 +146,10 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
     programs = [("__network__", VMProgram(exe, random_inputs(net.mod, seed)), [])]
     failed: dict[str, str] = {}
     if kernels:
+        from cdmpp.e2e.kernels import kernel_module
         from cdmpp.measure.build import build_many
 
-        mods = [tvm.IRModule({"main": k.func.with_attr("global_symbol", "main")})
-                for k in net.kernels]
+        mods = [kernel_module(k.func) for k in net.kernels]
         # built as the collector builds: a killable child compiles, the parent loads
         for k, built in zip(net.kernels, build_many(mods, net.target, KERNEL_BUILD_TIMEOUT_S)):
             if not built.ok:
