@@ -47,7 +47,7 @@ def test_tasks_are_well_formed():
     "name, networks",
     [
         ("conv7x7_1x3x224x224_k64s2", ("resnet18", "resnet50")),  # shared stem
-        ("maxpool3x3_1x64x112x112_s2", ("resnet18", "resnet50")),
+        ("maxpool3x3_1x64x112x112_s2", ("densenet121", "resnet18", "resnet50")),
         ("conv3x3_1x64x56x56_k128s2", ("resnet18",)),  # resnet50 strides 128->128 instead
         ("conv3x3_1x128x56x56_k128s2", ("resnet50",)),
         ("conv1x1_1x64x56x56_k128s2", ("resnet18",)),  # downsample shortcut
@@ -58,10 +58,24 @@ def test_tasks_are_well_formed():
         ("dense_4x2048x1000", ("resnet50",)),
         ("dense_1x1280x1000", ("mobilenet_v2",)),
         ("dense_1x768x1000", ("vit_b16",)),
-        ("conv3x3_1x3x224x224_k32s2", ("mobilenet_v2",)),
+        ("conv3x3_1x3x224x224_k32s2", ("mobilenet_v1", "mobilenet_v2")),  # same stem
         ("dwconv3x3_1x144x56x56_s2", ("mobilenet_v2",)),
         ("add_1x24x56x56", ("mobilenet_v2",)),
-        ("relu6_1x32x112x112", ("mobilenet_v2",)),
+        ("relu6_1x32x112x112", ("mobilenet_v1", "mobilenet_v2")),
+        ("relu6_1x1024x7x7", ("mobilenet_v1",)),
+        ("dwconv3x3_1x512x14x14_s1", ("mobilenet_v1",)),
+        ("conv1x1_4x512x7x7_k1024", ("mobilenet_v1",)),
+        ("convbr3x3_1x3x224x224_k64s2", ("squeezenet1_1",)),  # unpadded stem: 111 pixels
+        ("maxpool3x3_1x64x111x111_s2", ("squeezenet1_1",)),
+        ("convbr3x3_1x48x13x13_k192", ("squeezenet1_1",)),  # fire 5's 3x3 expand
+        ("convbr1x1_4x512x13x13_k1000", ("squeezenet1_1",)),  # classifier
+        ("dwconv3x3_1x24x56x56_s2", ("shufflenet_v2",)),  # first unit's left branch
+        ("convbr1x1_1x116x28x28_k116", ("shufflenet_v2",)),
+        ("dwconv3x3_4x116x14x14_s1", ("shufflenet_v2",)),  # stage 3 on half of 232
+        ("dwconv3x3_4x232x14x14_s2", ("shufflenet_v2",)),  # stage 4, both branches
+        ("convbr1x1_1x992x7x7_k128", ("densenet121",)),  # last dense layer: 512 + 15 x 32
+        ("conv3x3_1x128x14x14_k32s1", ("densenet121",)),
+        ("conv1x1_1x1024x14x14_k512", ("densenet121", "resnet50")),  # transition 3
         ("conv16x16_4x3x224x224_k768s16", ("vit_b16",)),
         ("dense_64x768x768", ("bert_base", "gpt2")),
         ("dense_64x768x2304", ("gpt2",)),  # fused c_attn; BERT has separate Q/K/V

@@ -21,8 +21,14 @@ BERT-base's 768->3072 layer runs 1.8x slower than its 3072->768 one, for the sam
 networks hold three (K, N) pairs, too few to learn that from. Sweep tasks belong to no network
 (`networks` is empty): a by-network split keeps them on the training side.
 
+The four CNNs of catalog version 4 (MobileNet-V1, SqueezeNet 1.1, ShuffleNet-V2, DenseNet-121)
+bring 1x1 and depthwise convolutions from networks other than ResNet-50 and MobileNet-V2, so a
+model that has never seen those two still trains on such layers. Their conv-BN-ReLU layers are
+`conv2d_bias_relu` (MobileNet-V1 keeps V2's conv + `relu6`).
+
 Not catalogued: GPT-2's 50257-way LM head (a 5-20 GFLOP dense that would dominate measuring),
-attention scaling/masking, and grouped convs (none of our networks has one).
+attention scaling/masking, grouped convs (none of our networks has one), concatenation and
+channel shuffle (data movement), DenseNet's pre-activation BN-ReLU and 2x2 average pools.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-CATALOG_VERSION = "3"  # 2: + the matmul_bias sweep; 3: + its alignment pairs
-NETWORKS = ("resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2", "vit_b16")
+CATALOG_VERSION = "4"  # 2: + the matmul_bias sweep; 3: + its alignment pairs; 4: + 4 CNNs
+NETWORKS = ("resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2", "vit_b16",
+            "mobilenet_v1", "squeezenet1_1", "shufflenet_v2", "densenet121")
 OPS = (
     "conv2d", "conv2d_bias_relu", "depthwise_conv2d", "dense", "dense_bias_gelu",
     "batch_matmul", "softmax", "layer_norm", "max_pool2d", "global_avg_pool2d",
@@ -172,6 +179,101 @@ def mobilenet_v2(n: int) -> Iterator[Layer]:
     yield _dense(n, 1280, 1000)
 
 
+def mobilenet_v1(n: int) -> Iterator[Layer]:
+    """MobileNet-V1 (width 1.0): a 3x3 stem, then 13 depthwise-separable blocks (each conv
+    followed by BN + ReLU6, BN folded)."""
+    yield _conv(n, 3, 224, 32, 3, 2)
+    yield _eltwise("relu6", n, 32, 112, 112)
+    c, h = 32, 112
+    for out, stride in _MBV1_BLOCKS:
+        yield _dwconv(n, c, h, stride)
+        h //= stride
+        yield _eltwise("relu6", n, c, h, h)
+        yield _conv(n, c, h, out, 1)
+        yield _eltwise("relu6", n, out, h, h)
+        c = out
+    yield _layer("global_avg_pool2d", n=n, c=c, h=h, w=h)
+    yield _dense(n, c, 1000)
+
+
+# (output channels, depthwise stride) of MobileNet-V1's separable blocks; the last depthwise
+# conv has stride 1, as in every common implementation (the paper's table says 2 at 7x7)
+_MBV1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), *((512, 1),) * 5,
+                (1024, 2), (1024, 1))  # fmt: skip
+
+
+def _fire(n, c, h, squeeze, expand) -> Iterator[Layer]:
+    """SqueezeNet's fire module: conv+bias+ReLU squeeze, two expands (1x1, 3x3), concatenated."""
+    yield _conv(n, c, h, squeeze, 1, relu=True)
+    yield _conv(n, squeeze, h, expand, 1, relu=True)
+    yield _conv(n, squeeze, h, expand, 3, relu=True)
+
+
+def squeezenet1_1(n: int) -> Iterator[Layer]:
+    """SqueezeNet 1.1 as in torchvision: unpadded stem, ceil-mode pools (55, 27, 13 pixels)."""
+    yield _conv(n, 3, 224, 64, 3, 2, pad=0, relu=True)
+    yield _layer("max_pool2d", n=n, c=64, h=111, w=111, kernel=3, stride=2, pad=0)
+    c, h = 64, 55
+    for i, (squeeze, expand) in enumerate(_FIRES):
+        if i in (2, 4):
+            yield _layer("max_pool2d", n=n, c=c, h=h, w=h, kernel=3, stride=2, pad=0)
+            h = (h - 3) // 2 + 1
+        yield from _fire(n, c, h, squeeze, expand)
+        c = 2 * expand
+    yield _conv(n, c, h, 1000, 1, relu=True)  # the classifier is a 1x1 conv
+    yield _layer("global_avg_pool2d", n=n, c=1000, h=h, w=h)
+
+
+_FIRES = ((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256), (64, 256))
+
+
+def _shuffle_unit(n, c, h, out, stride) -> Iterator[Layer]:
+    """ShuffleNet-V2 unit: a strided unit runs both branches on all `c` channels; a plain one
+    runs the right branch on half of them (channel split, concat and shuffle not catalogued)."""
+    half, ho = out // 2, h // stride
+    if stride == 2:
+        yield _dwconv(n, c, h, 2)  # left branch: depthwise (BN), then 1x1 conv-BN-ReLU
+        yield _conv(n, c, ho, half, 1, relu=True)
+    right_in = c if stride == 2 else half
+    yield _conv(n, right_in, h, half, 1, relu=True)
+    yield _dwconv(n, half, h, stride)
+    yield _conv(n, half, ho, half, 1, relu=True)
+
+
+def shufflenet_v2(n: int) -> Iterator[Layer]:
+    """ShuffleNet-V2 x1.0 (stages of 116, 232, 464 channels); conv-BN-ReLU as conv+bias+ReLU."""
+    yield _conv(n, 3, 224, 24, 3, 2, relu=True)
+    yield _layer("max_pool2d", n=n, c=24, h=112, w=112, kernel=3, stride=2, pad=1)
+    c, h = 24, 56
+    for out, repeats in ((116, 4), (232, 8), (464, 4)):
+        for i in range(repeats):
+            stride = 2 if i == 0 else 1
+            yield from _shuffle_unit(n, c, h, out, stride)
+            c, h = out, h // stride
+    yield _conv(n, c, h, 1024, 1, relu=True)
+    yield _layer("global_avg_pool2d", n=n, c=1024, h=h, w=h)
+    yield _dense(n, 1024, 1000)
+
+
+def densenet121(n: int) -> Iterator[Layer]:
+    """DenseNet-121 (growth 32): each dense layer is a 1x1 conv to 128 channels (BN + ReLU
+    after it folded: conv+bias+ReLU) and a 3x3 conv to 32; the input BN-ReLU of each layer, the
+    concatenations and the transitions' 2x2 average pools are not catalogued."""
+    yield _conv(n, 3, 224, 64, 7, 2, relu=True)
+    yield _layer("max_pool2d", n=n, c=64, h=112, w=112, kernel=3, stride=2, pad=1)
+    c, h = 64, 56
+    for block, layers in enumerate((6, 12, 24, 16)):
+        for i in range(layers):
+            yield _conv(n, c + 32 * i, h, 128, 1, relu=True)
+            yield _conv(n, 128, h, 32, 3)
+        c += 32 * layers
+        if block < 3:  # transition: 1x1 conv halving the channels, then a 2x2 average pool
+            yield _conv(n, c, h, c // 2, 1)
+            c, h = c // 2, h // 2
+    yield _layer("global_avg_pool2d", n=n, c=c, h=h, w=h)
+    yield _dense(n, c, 1000)
+
+
 def _encoder_layer(tokens: int, heads: int, seq: int, fused_qkv: bool) -> Iterator[Layer]:
     """One 768-wide, 12-head transformer layer; `tokens` = batch*seq, `heads` = batch*12."""
     if fused_qkv:  # GPT-2's c_attn, ViT's qkv
@@ -237,6 +339,10 @@ _NETWORK_LAYERS = {
     "bert_base": (bert_base, SEQ_LENGTHS),
     "gpt2": (gpt2, SEQ_LENGTHS),
     "vit_b16": (vit_b16, CNN_BATCHES),
+    "mobilenet_v1": (mobilenet_v1, CNN_BATCHES),
+    "squeezenet1_1": (squeezenet1_1, CNN_BATCHES),
+    "shufflenet_v2": (shufflenet_v2, CNN_BATCHES),
+    "densenet121": (densenet121, (1,)),  # 58 distinct 1x1 convs at each batch size
 }
 
 
