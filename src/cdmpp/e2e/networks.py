@@ -4,7 +4,8 @@
     mod = import_onnx("model.onnx")                  # needs the `onnx` package
 
 Shapes follow the published architectures (and the operator catalog in `programs/catalog.py`):
-ResNet-18/50 and MobileNet-V2 on 224x224 images; BERT-base and GPT-2 small on 128 tokens,
+ResNet-18/50, MobileNet-V1/V2, SqueezeNet 1.1, ShuffleNet-V2 and DenseNet-121 on 224x224
+images; BERT-base and GPT-2 small on 128 tokens,
 returning the last hidden states (as Hugging Face's `BertModel` / `GPT2Model`: no LM head; GPT-2's
 50257-way LM head is a 5 GFLOP dense that the catalog does not measure either). BatchNorm is
 kept as TVM imports it from an eval-mode model (not folded into the convolutions).
@@ -119,6 +120,110 @@ def _mobilenet_v2():
             cin = cout
     layers += [_conv_bn(cin, 1280, 1, relu6=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                nn.Linear(1280, 1000)]
+    return nn.Sequential(*layers)
+
+
+def _mobilenet_v1():
+    _, nn = _nn()
+    # (output channels, depthwise stride) as in catalog.py's MobileNet-V1
+    from cdmpp.programs.catalog import MOBILENET_V1_BLOCKS
+
+    layers, cin = [_conv_bn(3, 32, 3, 2, relu6=True)], 32
+    for cout, stride in MOBILENET_V1_BLOCKS:
+        layers += [_conv_bn(cin, cin, 3, stride, groups=cin, relu6=True),
+                   _conv_bn(cin, cout, 1, relu6=True)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
+    return nn.Sequential(*layers)
+
+
+def _squeezenet1_1():
+    """As torchvision's squeezenet1_1: convolutions with bias and ReLU, no BatchNorm."""
+    torch, nn = _nn()
+    from cdmpp.programs.catalog import SQUEEZENET_FIRES
+
+    class Fire(nn.Module):
+        def __init__(self, cin, squeeze, expand):
+            super().__init__()
+            self.squeeze = nn.Sequential(nn.Conv2d(cin, squeeze, 1), nn.ReLU())
+            self.e1 = nn.Sequential(nn.Conv2d(squeeze, expand, 1), nn.ReLU())
+            self.e3 = nn.Sequential(nn.Conv2d(squeeze, expand, 3, padding=1), nn.ReLU())
+
+        def forward(self, x):
+            x = self.squeeze(x)
+            return torch.cat([self.e1(x), self.e3(x)], 1)
+
+    layers, cin = [nn.Conv2d(3, 64, 3, 2), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True)], 64
+    for i, (squeeze, expand) in enumerate(SQUEEZENET_FIRES):
+        if i in (2, 4):
+            layers.append(nn.MaxPool2d(3, 2, ceil_mode=True))
+        layers.append(Fire(cin, squeeze, expand))
+        cin = 2 * expand
+    layers += [nn.Conv2d(cin, 1000, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    return nn.Sequential(*layers)
+
+
+def _shufflenet_v2():
+    """ShuffleNet-V2 x1.0 as in torchvision (channel split, concat and shuffle included)."""
+    torch, nn = _nn()
+
+    class Unit(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            half = cout // 2
+            self.stride = stride
+            self.left = (nn.Sequential(_conv_bn(cin, cin, 3, stride, groups=cin, relu=False),
+                                       _conv_bn(cin, half, 1))
+                         if stride == 2 else None)
+            right_in = cin if stride == 2 else half
+            self.right = nn.Sequential(_conv_bn(right_in, half, 1),
+                                       _conv_bn(half, half, 3, stride, groups=half, relu=False),
+                                       _conv_bn(half, half, 1))
+
+        def forward(self, x):
+            if self.stride == 2:
+                out = torch.cat([self.left(x), self.right(x)], 1)
+            else:
+                a, b = x.chunk(2, dim=1)
+                out = torch.cat([a, self.right(b)], 1)
+            n, c, h, w = out.shape
+            return out.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+    layers, cin = [_conv_bn(3, 24, 3, 2), nn.MaxPool2d(3, 2, 1)], 24
+    for cout, repeats in ((116, 4), (232, 8), (464, 4)):
+        for i in range(repeats):
+            layers.append(Unit(cin, cout, 2 if i == 0 else 1))
+            cin = cout
+    layers += [_conv_bn(cin, 1024, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+               nn.Linear(1024, 1000)]
+    return nn.Sequential(*layers)
+
+
+def _densenet121():
+    """DenseNet-121 as in torchvision (pre-activation BN-ReLU-conv layers, concatenation)."""
+    torch, nn = _nn()
+
+    def bn_relu_conv(cin, cout, kernel):
+        return nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(),
+                             nn.Conv2d(cin, cout, kernel, padding=kernel // 2, bias=False))
+
+    class DenseLayer(nn.Module):
+        def __init__(self, cin):
+            super().__init__()
+            self.body = nn.Sequential(bn_relu_conv(cin, 128, 1), bn_relu_conv(128, 32, 3))
+
+        def forward(self, x):
+            return torch.cat([x, self.body(x)], 1)
+
+    layers, c = [_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)], 64
+    for block, n in enumerate((6, 12, 24, 16)):
+        layers += [DenseLayer(c + 32 * i) for i in range(n)]
+        c += 32 * n
+        if block < 3:
+            layers += [bn_relu_conv(c, c // 2, 1), nn.AvgPool2d(2, 2)]
+            c //= 2
+    layers += [nn.BatchNorm2d(c), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+               nn.Linear(c, 1000)]
     return nn.Sequential(*layers)
 
 
@@ -245,6 +350,10 @@ NETWORKS: dict[str, NetworkSpec] = {s.name: s for s in (
                 f"BERT-base encoder, {SEQ_LEN} tokens"),
     NetworkSpec("gpt2", lambda: _transformer("gpt2"), _tokens(50257),
                 f"GPT-2 small decoder (no LM head), {SEQ_LEN} tokens"),
+    NetworkSpec("mobilenet_v1", _mobilenet_v1, _images, "MobileNet-V1, 224x224"),
+    NetworkSpec("squeezenet1_1", _squeezenet1_1, _images, "SqueezeNet 1.1, 224x224"),
+    NetworkSpec("shufflenet_v2", _shufflenet_v2, _images, "ShuffleNet-V2 x1.0, 224x224"),
+    NetworkSpec("densenet121", _densenet121, _images, "DenseNet-121, 224x224"),
     NetworkSpec("tiny_mlp", _tiny_mlp, _vectors, "Linear(16,32) -> ReLU -> Linear(32,8)"),
     NetworkSpec("tiny_branch", _tiny_branch, _vectors,
                 "two parallel Linear(16,32) branches (ReLU, tanh) joined by a matmul"),

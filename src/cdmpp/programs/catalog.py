@@ -179,13 +179,22 @@ def mobilenet_v2(n: int) -> Iterator[Layer]:
     yield _dense(n, 1280, 1000)
 
 
+# (output channels, depthwise stride) of MobileNet-V1's separable blocks; the last depthwise
+# conv has stride 1, as in every common implementation (the paper's table says 2 at 7x7)
+MOBILENET_V1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                       *((512, 1),) * 5, (1024, 2), (1024, 1))  # fmt: skip
+# (squeeze, expand) channels of SqueezeNet 1.1's eight fire modules
+SQUEEZENET_FIRES = ((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256),
+                    (64, 256))  # fmt: skip
+
+
 def mobilenet_v1(n: int) -> Iterator[Layer]:
     """MobileNet-V1 (width 1.0): a 3x3 stem, then 13 depthwise-separable blocks (each conv
     followed by BN + ReLU6, BN folded)."""
     yield _conv(n, 3, 224, 32, 3, 2)
     yield _eltwise("relu6", n, 32, 112, 112)
     c, h = 32, 112
-    for out, stride in _MBV1_BLOCKS:
+    for out, stride in MOBILENET_V1_BLOCKS:
         yield _dwconv(n, c, h, stride)
         h //= stride
         yield _eltwise("relu6", n, c, h, h)
@@ -194,12 +203,6 @@ def mobilenet_v1(n: int) -> Iterator[Layer]:
         c = out
     yield _layer("global_avg_pool2d", n=n, c=c, h=h, w=h)
     yield _dense(n, c, 1000)
-
-
-# (output channels, depthwise stride) of MobileNet-V1's separable blocks; the last depthwise
-# conv has stride 1, as in every common implementation (the paper's table says 2 at 7x7)
-_MBV1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), *((512, 1),) * 5,
-                (1024, 2), (1024, 1))  # fmt: skip
 
 
 def _fire(n, c, h, squeeze, expand) -> Iterator[Layer]:
@@ -214,7 +217,7 @@ def squeezenet1_1(n: int) -> Iterator[Layer]:
     yield _conv(n, 3, 224, 64, 3, 2, pad=0, relu=True)
     yield _layer("max_pool2d", n=n, c=64, h=111, w=111, kernel=3, stride=2, pad=0)
     c, h = 64, 55
-    for i, (squeeze, expand) in enumerate(_FIRES):
+    for i, (squeeze, expand) in enumerate(SQUEEZENET_FIRES):
         if i in (2, 4):
             yield _layer("max_pool2d", n=n, c=c, h=h, w=h, kernel=3, stride=2, pad=0)
             h = (h - 3) // 2 + 1
@@ -222,9 +225,6 @@ def squeezenet1_1(n: int) -> Iterator[Layer]:
         c = 2 * expand
     yield _conv(n, c, h, 1000, 1, relu=True)  # the classifier is a 1x1 conv
     yield _layer("global_avg_pool2d", n=n, c=1000, h=h, w=h)
-
-
-_FIRES = ((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256), (64, 256))
 
 
 def _shuffle_unit(n, c, h, out, stride) -> Iterator[Layer]:

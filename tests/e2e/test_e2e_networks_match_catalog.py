@@ -1,0 +1,55 @@
+"""The built-in PyTorch CNNs run exactly the convolutions the operator catalog lists for them, so
+what the collector measures for a network is what `cdmpp e2e` imports of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdmpp.programs import catalog as C
+
+CNNS = ("resnet18", "resnet50", "mobilenet_v1", "mobilenet_v2", "squeezenet1_1",
+        "shufflenet_v2", "densenet121")
+
+
+def _torch_convs(name: str) -> set:
+    """(c, h, k, kernel, stride, depthwise) of every Conv2d the network runs at batch 1."""
+    import torch
+
+    from cdmpp.e2e.networks import torch_model
+
+    model, inputs = torch_model(name, 1)
+    seen = set()
+
+    def hook(conv, args, _out):
+        x = args[0]
+        depthwise = conv.groups > 1
+        assert not depthwise or conv.groups == conv.in_channels == conv.out_channels
+        seen.add((x.shape[1], x.shape[2], conv.out_channels, conv.kernel_size[0],
+                  conv.stride[0], depthwise))
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        out = model(*inputs)
+    assert out.shape == (1, 1000)
+    return seen
+
+
+def _catalog_convs(name: str) -> set:
+    out = set()
+    for t in C.select(ops=["conv2d", "conv2d_bias_relu", "depthwise_conv2d"], networks=[name]):
+        p = dict(t.params)
+        if p.get("n") != 1:
+            continue
+        depthwise = t.op == "depthwise_conv2d"
+        out.add((p["c"], p["h"], p["c"] if depthwise else p["k"], p["kernel"], p["stride"],
+                 depthwise))
+    return out
+
+
+@pytest.mark.parametrize("name", CNNS)
+def test_pytorch_network_runs_the_catalog_convolutions(name):
+    catalogued = _catalog_convs(name)
+    assert len(catalogued) >= 10
+    assert _torch_convs(name) == catalogued
