@@ -390,3 +390,37 @@ def test_identical_across_processes(progs):
     out = subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert out.stdout.strip().splitlines()[-1] == here
+
+
+def _conv_named(names: tuple[str, str, str]):
+    """A 3x3 conv + bias + ReLU (SqueezeNet's fire expand at a tiny size) with these buffer names."""
+    import_tvm()
+    from tvm import te, topi
+
+    x, w, b = (te.placeholder(s, name=n) for s, n in
+               zip(((1, 16, 13, 13), (64, 16, 3, 3), (1, 64, 1, 1)), names))
+    out = topi.nn.relu(topi.add(topi.nn.conv2d_nchw(x, w, 1, 1, 1), b))
+    return te.create_prim_func([x, w, b, out])
+
+
+def test_features_do_not_depend_on_buffer_names():
+    from cdmpp.features import tvm_rows
+
+    tvm = import_tvm()
+    catalog_names, relax_names = _conv_named(("X", "W", "B")), _conv_named(("lv11", "param_0",
+                                                                          "param_1"))
+    raw = [tvm_rows.per_store_rows(None, tvm.IRModule({"main": f}), TARGET)
+           for f in (catalog_names, relax_names)]
+    assert not np.array_equal(*raw)  # TVM's own rows: input and weight in swapped slots
+    assert np.array_equal(np.sort(raw[0], axis=None), np.sort(raw[1], axis=None))
+    a, b = extract(catalog_names, TARGET), extract(relax_names, TARGET)
+    assert np.array_equal(a.leaf_features, b.leaf_features)
+    # the same slots, only reordered: the leaves keep TVM's values, slot by slot
+    def slot_blocks(rows):
+        rows = np.asarray(rows, dtype=np.float32)
+        return sorted(map(tuple, rows[:, mt.COL_ACCESS:mt.COL_ACCESS + 90].reshape(-1, 18)))
+
+    assert len(raw[0]) == a.n_leaves()
+    assert slot_blocks(a.leaf_features) == slot_blocks(raw[0])
+    assert np.array_equal(np.sort(a.leaf_features, axis=None),
+                          np.sort(np.asarray(raw[0], dtype=np.float32), axis=None))

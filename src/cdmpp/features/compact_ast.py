@@ -18,13 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cdmpp.features.matching import N_LEAF_FEATURES, FeatureMatchError, match_problems
+from cdmpp.features.matching import (COL_ACCESS, N_LEAF_FEATURES, FeatureMatchError,
+                                    match_problems)
 from cdmpp.features.tir_tree import (  # noqa: F401  (node kinds are part of this module's API)
     ALLOC, ATTR, FOR_PARALLEL, FOR_SERIAL, FOR_THREAD_BINDING, FOR_UNROLLED, FOR_VECTORIZED,
     KIND_NAMES, STORE, STORE_CONST,
 )  # fmt: skip
 
-FEATURE_VERSION = "1"  # goes into every cache key; bump when the tree or the features change
+# goes into every cache key; bump when the tree or the features change.
+# 2: the five buffer slots of each leaf ordered by value, not as TVM orders them (by name on ties)
+FEATURE_VERSION = "2"
 END = -1  # the end-of-children marker in `CompactAST.serialization()`
 
 _FIELDS = {
@@ -106,11 +109,33 @@ def _depths(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
+N_BUFFER_SLOTS, SLOT_WIDTH = 5, 18  # TVM's buffer-access features: 5 slots of 18 columns
+
+
+def order_buffer_slots(rows: np.ndarray) -> np.ndarray:
+    """`rows` with each row's five buffer slots sorted by their own values (descending).
+
+    TVM's PerStoreFeature orders a store's buffers by name where its other keys tie, so one
+    computation with other buffer names (a Relax kernel's `lv11, param_0` against `X, W`) got its
+    input and weight in swapped slots, and the model another program (docs/model.md). Sorted by
+    value, the order depends on what each buffer's accesses are, never on its name."""
+    out = np.array(rows, dtype=np.float32)
+    lo, hi = COL_ACCESS, COL_ACCESS + N_BUFFER_SLOTS * SLOT_WIDTH
+    blocks = out[:, lo:hi].reshape(len(out), N_BUFFER_SLOTS, SLOT_WIDTH)
+    for i in range(len(out)):
+        # lexsort sorts by the LAST key first: columns reversed, negated for descending order
+        order = np.lexsort((-blocks[i]).T[::-1])
+        blocks[i] = blocks[i, order]
+    out[:, lo:hi] = blocks.reshape(len(out), -1)
+    return out
+
+
 def _assemble(tree, rows: np.ndarray) -> CompactAST:
     parent = np.asarray(tree.parents, dtype=np.int32)
     leaf = np.asarray(tree.leaves, dtype=np.int32)
     pos = (2 * leaf - _depths(parent)[leaf]).astype(np.int32)
-    feats = np.ascontiguousarray(rows, dtype=np.float32).reshape(len(tree.leaves), N_LEAF_FEATURES)
+    feats = order_buffer_slots(
+        np.asarray(rows, dtype=np.float32).reshape(len(tree.leaves), N_LEAF_FEATURES))
     return CompactAST(
         node_kind=np.asarray(tree.kinds, dtype=np.int8),
         node_parent=parent,
