@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cdmpp.features.derived import ACCESS_WIDTH, N_BUFFERS
 from cdmpp.features.matching import (COL_ACCESS, N_LEAF_FEATURES, FeatureMatchError,
                                     match_problems)
 from cdmpp.features.tir_tree import (  # noqa: F401  (node kinds are part of this module's API)
@@ -109,9 +110,6 @@ def _depths(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
-N_BUFFER_SLOTS, SLOT_WIDTH = 5, 18  # TVM's buffer-access features: 5 slots of 18 columns
-
-
 def order_buffer_slots(rows: np.ndarray) -> np.ndarray:
     """`rows` with each row's five buffer slots sorted by their own values (descending).
 
@@ -120,8 +118,8 @@ def order_buffer_slots(rows: np.ndarray) -> np.ndarray:
     input and weight in swapped slots, and the model another program (docs/model.md). Sorted by
     value, the order depends on what each buffer's accesses are, never on its name."""
     out = np.array(rows, dtype=np.float32)
-    lo, hi = COL_ACCESS, COL_ACCESS + N_BUFFER_SLOTS * SLOT_WIDTH
-    blocks = out[:, lo:hi].reshape(len(out), N_BUFFER_SLOTS, SLOT_WIDTH)
+    lo, hi = COL_ACCESS, COL_ACCESS + N_BUFFERS * ACCESS_WIDTH
+    blocks = out[:, lo:hi].reshape(len(out), N_BUFFERS, ACCESS_WIDTH)
     for i in range(len(out)):
         # lexsort sorts by the LAST key first: columns reversed, negated for descending order
         order = np.lexsort((-blocks[i]).T[::-1])
