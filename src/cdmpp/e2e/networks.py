@@ -19,6 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+# the architectures' numbers, shared with the operator catalog (which is light to import)
+from cdmpp.programs.catalog import (DENSENET121_BLOCKS, MOBILENET_V1_BLOCKS,
+                                    MOBILENET_V2_SETTINGS, RESNET_BLOCKS, SHUFFLENET_V2_STAGES,
+                                    SQUEEZENET_FIRES, SQUEEZENET_POOL_BEFORE)
+
 SEQ_LEN = 128  # BERT and GPT-2
 IMAGE = 224  # CNNs
 
@@ -82,7 +87,7 @@ def _resnet(depth: int):
         def forward(self, x):
             return torch.relu(self.body(x) + self.down(x))
 
-    block, counts = {18: (Basic, (2, 2, 2, 2)), 50: (Bottleneck, (3, 4, 6, 3))}[depth]
+    block, counts = {18: Basic, 50: Bottleneck}[depth], RESNET_BLOCKS[depth]
     layers = [_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)]
     cin = 64
     for stage, n in enumerate(counts):
@@ -110,11 +115,8 @@ def _mobilenet_v2():
         def forward(self, x):
             return x + self.body(x) if self.residual else self.body(x)
 
-    # (expand, channels, repeats, stride) of the paper's Table 2
-    settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                (6, 160, 3, 2), (6, 320, 1, 1)]
     layers, cin = [_conv_bn(3, 32, 3, 2, relu6=True)], 32
-    for expand, cout, repeats, stride in settings:
+    for expand, cout, repeats, stride in MOBILENET_V2_SETTINGS:
         for i in range(repeats):
             layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
             cin = cout
@@ -125,9 +127,6 @@ def _mobilenet_v2():
 
 def _mobilenet_v1():
     _, nn = _nn()
-    # (output channels, depthwise stride) as in catalog.py's MobileNet-V1
-    from cdmpp.programs.catalog import MOBILENET_V1_BLOCKS
-
     layers, cin = [_conv_bn(3, 32, 3, 2, relu6=True)], 32
     for cout, stride in MOBILENET_V1_BLOCKS:
         layers += [_conv_bn(cin, cin, 3, stride, groups=cin, relu6=True),
@@ -140,7 +139,6 @@ def _mobilenet_v1():
 def _squeezenet1_1():
     """As torchvision's squeezenet1_1: convolutions with bias and ReLU, no BatchNorm."""
     torch, nn = _nn()
-    from cdmpp.programs.catalog import SQUEEZENET_FIRES
 
     class Fire(nn.Module):
         def __init__(self, cin, squeeze, expand):
@@ -155,7 +153,7 @@ def _squeezenet1_1():
 
     layers, cin = [nn.Conv2d(3, 64, 3, 2), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True)], 64
     for i, (squeeze, expand) in enumerate(SQUEEZENET_FIRES):
-        if i in (2, 4):
+        if i in SQUEEZENET_POOL_BEFORE:
             layers.append(nn.MaxPool2d(3, 2, ceil_mode=True))
         layers.append(Fire(cin, squeeze, expand))
         cin = 2 * expand
@@ -190,7 +188,7 @@ def _shufflenet_v2():
             return out.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
 
     layers, cin = [_conv_bn(3, 24, 3, 2), nn.MaxPool2d(3, 2, 1)], 24
-    for cout, repeats in ((116, 4), (232, 8), (464, 4)):
+    for cout, repeats in SHUFFLENET_V2_STAGES:
         for i in range(repeats):
             layers.append(Unit(cin, cout, 2 if i == 0 else 1))
             cin = cout
@@ -216,7 +214,7 @@ def _densenet121():
             return torch.cat([x, self.body(x)], 1)
 
     layers, c = [_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)], 64
-    for block, n in enumerate((6, 12, 24, 16)):
+    for block, n in enumerate(DENSENET121_BLOCKS):
         layers += [DenseLayer(c + 32 * i) for i in range(n)]
         c += 32 * n
         if block < 3:

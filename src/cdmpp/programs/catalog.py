@@ -107,7 +107,7 @@ def _dense(m, k, n, gelu=False) -> Layer:
 
 # ---- networks ----------------------------------------------------------------------------------
 
-_RESNET_BLOCKS = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3)}
+RESNET_BLOCKS = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3)}
 
 
 def _basic_block(n, c, h, width, stride) -> Iterator[Layer]:
@@ -137,7 +137,7 @@ def _resnet(depth: int, n: int) -> Iterator[Layer]:
     yield _layer("max_pool2d", n=n, c=64, h=112, w=112, kernel=3, stride=2, pad=1)
     block = _basic_block if depth < 50 else _bottleneck
     c, h = 64, 56
-    for stage, blocks in enumerate(_RESNET_BLOCKS[depth]):
+    for stage, blocks in enumerate(RESNET_BLOCKS[depth]):
         width = 64 << stage
         for i in range(blocks):
             stride = 2 if stage > 0 and i == 0 else 1
@@ -148,8 +148,8 @@ def _resnet(depth: int, n: int) -> Iterator[Layer]:
 
 
 # (expansion t, output channels c, repeats n, first stride s), from the MobileNet-V2 paper
-_MBV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                  (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))  # fmt: skip
+MOBILENET_V2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                         (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))  # fmt: skip
 
 
 def _inverted_residual(n, c, h, out, stride, expand) -> Iterator[Layer]:
@@ -168,7 +168,7 @@ def mobilenet_v2(n: int) -> Iterator[Layer]:
     yield _conv(n, 3, 224, 32, 3, 2)
     yield _eltwise("relu6", n, 32, 112, 112)
     c, h = 32, 112
-    for expand, out, repeats, first_stride in _MBV2_SETTINGS:
+    for expand, out, repeats, first_stride in MOBILENET_V2_SETTINGS:
         for i in range(repeats):
             stride = first_stride if i == 0 else 1
             yield from _inverted_residual(n, c, h, out, stride, expand)
@@ -183,9 +183,13 @@ def mobilenet_v2(n: int) -> Iterator[Layer]:
 # conv has stride 1, as in every common implementation (the paper's table says 2 at 7x7)
 MOBILENET_V1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
                        *((512, 1),) * 5, (1024, 2), (1024, 1))  # fmt: skip
-# (squeeze, expand) channels of SqueezeNet 1.1's eight fire modules
+# (squeeze, expand) channels of SqueezeNet 1.1's eight fire modules, and the fire modules a
+# 3x3 max pool precedes
 SQUEEZENET_FIRES = ((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256),
                     (64, 256))  # fmt: skip
+SQUEEZENET_POOL_BEFORE = (2, 4)
+SHUFFLENET_V2_STAGES = ((116, 4), (232, 8), (464, 4))  # (output channels, units) per stage
+DENSENET121_BLOCKS = (6, 12, 24, 16)  # dense layers per block
 
 
 def mobilenet_v1(n: int) -> Iterator[Layer]:
@@ -218,7 +222,7 @@ def squeezenet1_1(n: int) -> Iterator[Layer]:
     yield _layer("max_pool2d", n=n, c=64, h=111, w=111, kernel=3, stride=2, pad=0)
     c, h = 64, 55
     for i, (squeeze, expand) in enumerate(SQUEEZENET_FIRES):
-        if i in (2, 4):
+        if i in SQUEEZENET_POOL_BEFORE:
             yield _layer("max_pool2d", n=n, c=c, h=h, w=h, kernel=3, stride=2, pad=0)
             h = (h - 3) // 2 + 1
         yield from _fire(n, c, h, squeeze, expand)
@@ -245,7 +249,7 @@ def shufflenet_v2(n: int) -> Iterator[Layer]:
     yield _conv(n, 3, 224, 24, 3, 2, relu=True)
     yield _layer("max_pool2d", n=n, c=24, h=112, w=112, kernel=3, stride=2, pad=1)
     c, h = 24, 56
-    for out, repeats in ((116, 4), (232, 8), (464, 4)):
+    for out, repeats in SHUFFLENET_V2_STAGES:
         for i in range(repeats):
             stride = 2 if i == 0 else 1
             yield from _shuffle_unit(n, c, h, out, stride)
@@ -262,7 +266,7 @@ def densenet121(n: int) -> Iterator[Layer]:
     yield _conv(n, 3, 224, 64, 7, 2, relu=True)
     yield _layer("max_pool2d", n=n, c=64, h=112, w=112, kernel=3, stride=2, pad=1)
     c, h = 64, 56
-    for block, layers in enumerate((6, 12, 24, 16)):
+    for block, layers in enumerate(DENSENET121_BLOCKS):
         for i in range(layers):
             yield _conv(n, c + 32 * i, h, 128, 1, relu=True)
             yield _conv(n, 128, h, 32, 3)
