@@ -22,6 +22,13 @@ def test_collect_needs_out(capsys):
     assert "--out" in capsys.readouterr().err
 
 
+def test_retest_and_remeasure_are_one_or_the_other(tmp_path, capsys):
+    args = ["collect", "--ops", "softmax", "--out", str(tmp_path), "--retest", "5"]
+    assert main(args + ["--remeasure-disturbed"]) == 2
+    assert "give one" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
 def test_env_prints_versions_and_device(capsys):
     assert main(["env"]) == 0
     out = capsys.readouterr().out

@@ -197,7 +197,7 @@ def test_remeasure_disturbed_appends_passes_in_place(tmp_path, no_microbench):
     collect(config, [MATMUL_64], progress=False)
     before = _simulate_disturbed_window(tmp_path)
     summary = remeasure_disturbed(config, [MATMUL_64], progress=False)
-    assert summary.disturbed == summary.remeasured == len(before) > 0
+    assert summary.selected == summary.remeasured == len(before) > 0
     after = load_database(tmp_path).records
     assert [r.meta["key"] for r in after] == [e["key"] for e in before]  # same indices
     for old, new in zip(before, after):
@@ -210,11 +210,57 @@ def test_remeasure_disturbed_appends_passes_in_place(tmp_path, no_microbench):
     tvm_db = meta_schedule().database.JSONDatabase(work_dir=str(tmp_path))
     assert len(tvm_db.get_all_tuning_records()) == len(after)
     again = remeasure_disturbed(config, [MATMUL_64], progress=False)
-    assert again.disturbed == summary.remeasured - summary.now_clean
+    assert again.selected == summary.remeasured - summary.now_clean
     runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert runs[-1]["remeasure_disturbed"]["remeasured"] == again.remeasured
     # disturbed records of tasks not named are counted and left alone, with a hint
     _simulate_disturbed_window(tmp_path)
     other = remeasure_disturbed(config, [], progress=False)
-    assert other.disturbed == other.remeasured == 0 and other.not_selected == len(before)
+    assert other.selected == other.remeasured == 0 and other.not_selected == len(before)
     assert "--kernels-of" in str(other)
+
+
+def test_retest_times_a_seeded_sample_again_and_reports_its_noise(tmp_path, no_microbench,
+                                                                  capsys):
+    from cdmpp.measure.remeasure import retest
+
+    config = replace(_config(tmp_path), programs_per_task=3)
+    collect(config, [MATMUL_64], progress=False)
+    before = [json.loads(e) for e in (tmp_path / SIDECAR_FILE).read_text().splitlines()]
+    summary = retest(config, [MATMUL_64], 2, progress=False)
+    assert summary.retest and summary.selected == summary.remeasured == 2
+    assert len(summary.session_ratios) == 2 and all(r > 0 for r in summary.session_ratios)
+    after = load_database(tmp_path).records
+    grown = [i for i, (old, new) in enumerate(zip(before, after))
+             if len(new.measurement.run_secs) > len(old["run_secs"])]
+    assert len(grown) == 2 and len(after) == len(before)  # in place, nothing added or dropped
+    for i in grown:
+        assert list(after[i].measurement.run_secs[:len(before[i]["run_secs"])]) == \
+            before[i]["run_secs"]
+    runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert runs[-1]["retest"]["test_retest"]["n"] == 2
+    assert "test-retest" in str(summary)
+    # the same seed draws the same records
+    again = retest(config, [MATMUL_64], 2, progress=False)
+    regrown = [i for i, (old, new) in enumerate(zip(after, load_database(tmp_path).records))
+               if len(new.measurement.run_secs) > len(old.measurement.run_secs)]
+    assert regrown == grown and again.selected == 2
+    # the records keep why and how they were re-timed: `cdmpp db` reports it from them
+    from cdmpp.cli.main import main
+    from cdmpp.measure.noise import retested_ratios
+
+    metas = [r.meta for r in load_database(tmp_path).records]
+    assert all(h["reason"] == "retest" for i in grown for h in metas[i]["remeasured"])
+    assert len(retested_ratios(metas)) == 4
+    assert main(["db", str(tmp_path)]) == 0
+    assert "test-retest noise of 4 records" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="at least 1"):
+        retest(config, [MATMUL_64], 0, progress=False)
+
+
+def test_retest_noise_is_the_gap_between_two_labels():
+    from cdmpp.measure.noise import retest_noise
+
+    r = retest_noise([1.0, 1.2, 0.5])  # gaps |a - b| / min(a, b): 0, 0.2, 1.0
+    assert r["n"] == 3 and r["median"] == pytest.approx(0.2) and r["mean"] == pytest.approx(0.4)
+    assert r["within_10"] == pytest.approx(1 / 3) and r["median_ratio"] == pytest.approx(1.0)

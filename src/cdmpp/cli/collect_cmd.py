@@ -43,6 +43,11 @@ def add_parser(subparsers) -> None:
                         "ran while the reference kernel said the machine was disturbed (their "
                         "labels are too high); new passes are appended in place, same record "
                         "index, nothing is dropped")
+    p.add_argument("--retest", type=int, default=None, metavar="N",
+                   help="sample nothing new: time again N records of --out drawn at random "
+                        "(--seed), disturbed or not, and print how far the new labels land "
+                        "from the old ones (the labels' test-retest noise); new passes are "
+                        "appended in place like --remeasure-disturbed")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop cleanly after this many minutes (resume later)")
     p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
@@ -103,6 +108,13 @@ def run(args) -> int:
                            build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol,
                            mcpu=args.mcpu, programs_from=args.programs_from)
     command = shlex.join(["cdmpp"] + sys.argv[1:])
+    if args.remeasure_disturbed and args.retest is not None:
+        raise ValueError("--remeasure-disturbed and --retest are two different runs: give one")
+    if args.retest is not None:
+        from cdmpp.measure.remeasure import retest
+
+        print(retest(config, tasks, args.retest, progress=not args.no_progress, command=command))
+        return 0
     if args.remeasure_disturbed:
         from cdmpp.measure.remeasure import remeasure_disturbed
 

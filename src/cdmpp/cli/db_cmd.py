@@ -29,16 +29,17 @@ def device_line(path, db) -> str:
 
 def run(args) -> int:
     from cdmpp.measure.database import find_databases, load_database
-    from cdmpp.measure.noise import noise_floor
+    from cdmpp.measure.noise import noise_floor, retest_noise, retested_ratios
     from cdmpp.measure.timing import Protocol
 
-    total, measurements, skipped = 0, [], 0
+    total, measurements, metas, skipped = 0, [], [], 0
     for root in args.paths:
         for path in find_databases(root):
             db = load_database(path, strict=args.strict)
             total += len(db.records)
             skipped += len(db.skipped)
             measurements += [r.measurement for r in db.records]
+            metas += [r.meta for r in db.records]
             names = ",".join(sorted({w.name or w.shash for w in db.workloads}))
             print(f"{path}: {len(db.workloads)} workloads ({names}), {len(db.records)} records")
             print(f"  device: {device_line(path, db)}")
@@ -55,4 +56,10 @@ def run(args) -> int:
               f"on an undisturbed machine (reference within {100 * rel:.0f}% of its best)"
               + ("; re-time them: cdmpp collect --out DIR --remeasure-disturbed"
                  if disturbed else ""))
+    ratios = retested_ratios(metas)
+    if ratios:
+        r = retest_noise(ratios)
+        print(f"test-retest noise of {r['n']} records timed again at random (collect --retest): "
+              f"median {100 * r['median']:.1f}%, mean {100 * r['mean']:.1f}%, "
+              f"{100 * r['within_10']:.0f}% within 10%")
     return 0

@@ -1,7 +1,11 @@
-"""The label noise floor of a set of measurements: how far labels move when re-measured."""
+"""The label noise floor of a set of measurements: how far labels move when re-measured.
+
+Two figures: pass-to-pass (passes of one session, minutes apart, kept with every record) and
+test-retest (a record timed again in a later session by `cdmpp collect --retest`)."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -43,3 +47,20 @@ def noise_floor(measurements: Iterable[Measurement]) -> NoiseFloor:
     raw_a = np.asarray(raw)
     return NoiseFloor(len(raw), float(np.median(raw_a)), float(np.mean(raw_a <= 0.05)),
                       float(np.mean(raw_a <= 0.10)), float(np.median(gaps)))
+
+
+def retested_ratios(measurement_metas) -> list:
+    """new / old label of every re-timing a `--retest` run made, from the records' `meta`
+    (a record's history of re-timings is kept with it, so the figure survives the run)."""
+    return [h["session_latency_s"] / h["previous_latency_s"]
+            for meta in measurement_metas for h in meta.get("remeasured", ())
+            if h.get("reason") == "retest" and h.get("previous_latency_s")]
+
+
+def retest_noise(ratios) -> dict:
+    """Label reproducibility |a - b| / min(a, b) of pairs of labels given as ratios b / a."""
+    r = [float(x) for x in ratios]
+    gaps = sorted(max(x, 1 / x) - 1 for x in r)
+    return {"n": len(r), "median": statistics.median(gaps), "mean": statistics.fmean(gaps),
+            "within_10": sum(g <= 0.10 for g in gaps) / len(gaps),
+            "median_ratio": statistics.median(r)}

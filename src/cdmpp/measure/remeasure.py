@@ -1,4 +1,4 @@
-"""`cdmpp collect --remeasure-disturbed`: time again the records measured in a disturbed window.
+"""`cdmpp collect --remeasure-disturbed` and `--retest N`: time records of a collection again.
 
 A record is *disturbed* when the reference kernel ran more than the protocol's `ref_slow_rel`
 slower than its best before every one of its passes. Measured here: in bursts where the
@@ -12,6 +12,12 @@ again with the collector's protocol. Its new passes are appended to its old ones
 `ref_ratios`) in place, at the same record index: the label (the minimum) can only come down
 toward the undisturbed time, and nothing measured is lost. Records without reference ratios
 (TVM's own databases, ../shared/data) are never touched.
+
+`--retest N` times again a random sample of N records, disturbed or not, the same way, and
+reports how far the new session's label (its minimum) lands from the old one: the label's
+test-retest noise. Pass-to-pass noise only compares passes a few minutes apart; the host's
+state drifts over hours (docs/measurement.md), and a model's error on records timed on other
+days cannot go below this figure.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 from cdmpp.clock import now_iso
 from cdmpp.measure.build import build_many
 from cdmpp.measure.database import _measurement
+from cdmpp.measure.noise import retest_noise
 from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, task_of_key
 from cdmpp.measure.timing import Timer, random_args
 from cdmpp.programs.sampling import load_candidates
@@ -33,7 +40,8 @@ from cdmpp.types import Measurement
 
 @dataclass
 class RemeasureSummary:
-    disturbed: int = 0  # records of the selected tasks with no undisturbed pass
+    selected: int = 0  # records to re-time: of the tasks given, those with no undisturbed
+    # pass (--remeasure-disturbed) or those drawn at random (--retest)
     remeasured: int = 0  # timed again, passes appended
     now_clean: int = 0  # of those, with an undisturbed pass now
     failed: int = 0  # could not be built or run again: left as they were
@@ -43,9 +51,14 @@ class RemeasureSummary:
     waited_s: float = 0.0  # spent waiting for the machine to be quiet
     stopped_by_budget: bool = False
     label_ratios: list = field(default_factory=list, repr=False)  # new label / old label
+    # the new session's own label / the old label (test-retest; before merging the passes)
+    session_ratios: list = field(default_factory=list, repr=False)
+    retest: bool = False  # a random sample, not the disturbed records
 
     def __str__(self) -> str:
-        lines = [f"{self.disturbed} records had no undisturbed pass; re-timed {self.remeasured} "
+        selected = (f"{self.selected} records drawn at random" if self.retest
+                    else f"{self.selected} records had no undisturbed pass")
+        lines = [f"{selected}; re-timed {self.remeasured} "
                  f"({self.now_clean} now with an undisturbed pass), {self.failed} failed, "
                  f"{self.missing} without a persisted program; {self.seconds:.0f} s "
                  f"({self.waited_s:.0f} s waiting for a quiet machine)"]
@@ -53,6 +66,12 @@ class RemeasureSummary:
             lines.append(f"{self.not_selected} more disturbed records belong to tasks not "
                          "selected: name them as they were collected (--ops / --network, or "
                          "--kernels-of NETWORKS --batches B for network kernels)")
+        if self.retest and self.session_ratios:
+            r = retest_noise(self.session_ratios)
+            lines.append(f"test-retest (the new session's label against the old label, "
+                         f"|a - b| / min(a, b)): median {100 * r['median']:.1f}%, mean "
+                         f"{100 * r['mean']:.1f}%, {100 * r['within_10']:.0f}% within 10%; "
+                         f"new / old: median {r['median_ratio']:.3f}")
         if self.label_ratios:
             r = sorted(self.label_ratios)
             lines.append(f"new label / old label: median {statistics.median(r):.3f}, "
@@ -62,10 +81,14 @@ class RemeasureSummary:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "label_ratios"}
+        out = {k: v for k, v in self.__dict__.items()
+               if k not in ("label_ratios", "session_ratios")}
         out["median_label_ratio"] = (statistics.median(self.label_ratios)
                                      if self.label_ratios else None)
+        if self.retest:
+            out["test_retest"] = retest_noise(self.session_ratios) if self.session_ratios else None
         return out
+
 
 
 def is_disturbed(entry: dict, ref_slow_rel: float) -> bool:
@@ -73,11 +96,13 @@ def is_disturbed(entry: dict, ref_slow_rel: float) -> bool:
     return _measurement(entry["run_secs"], entry, None).clean_passes(ref_slow_rel) == 0
 
 
-def merged_entry(entry: dict, new: Measurement) -> dict:
-    """The journal entry with `new`'s passes appended, and a note of the re-timing."""
+def merged_entry(entry: dict, new: Measurement, reason: str = "disturbed") -> dict:
+    """The journal entry with `new`'s passes appended, and a note of the re-timing: why
+    (`disturbed` or `retest`), the label before, and the new session's own label."""
     history = list(entry.get("remeasured", []))
-    history.append({"at": now_iso(), "passes": len(new.passes),
-                    "previous_latency_s": min(entry["run_secs"])})
+    history.append({"at": now_iso(), "reason": reason, "passes": len(new.passes),
+                    "previous_latency_s": min(entry["run_secs"]),
+                    "session_latency_s": min(new.run_secs)})
     return dict(entry, run_secs=list(entry["run_secs"]) + list(new.run_secs),
                 ref_ratios=list(entry["ref_ratios"]) + [p.ref_ratio for p in new.passes],
                 remeasured=history)
@@ -86,27 +111,57 @@ def merged_entry(entry: dict, new: Measurement) -> dict:
 def remeasure_disturbed(config: CollectConfig, tasks, *, progress: bool = True,
                         command: str | None = None) -> RemeasureSummary:
     """Re-time the disturbed records of `tasks` in `config.out` (see the module docstring)."""
+    return _run_and_log(config, tasks, progress, command, "remeasure_disturbed",
+                        lambda journal: _disturbed(journal, config, tasks))
+
+
+def retest(config: CollectConfig, tasks, n: int, *, progress: bool = True,
+           command: str | None = None) -> RemeasureSummary:
+    """Re-time `n` records of `tasks` drawn at random (seeded by `config.seed`) and report
+    the test-retest noise of their labels (see the module docstring)."""
+    if n < 1:
+        raise ValueError(f"--retest needs at least 1 record, got {n}")
+    return _run_and_log(config, tasks, progress, command, "retest",
+                        lambda journal: _sample(journal, config, tasks, n))
+
+
+def _disturbed(journal, config: CollectConfig, tasks) -> tuple[list, RemeasureSummary]:
+    names = {t.name for t in tasks}
+    disturbed = [e for e in journal if is_disturbed(e, config.protocol.ref_slow_rel)]
+    todo = [e for e in disturbed if task_of_key(e["key"]) in names]
+    # the worst first: a time budget then cuts off the mildest
+    todo.sort(key=lambda e: -min(e["ref_ratios"]))
+    return todo, RemeasureSummary(selected=len(todo), not_selected=len(disturbed) - len(todo))
+
+
+def _sample(journal, config: CollectConfig, tasks, n: int) -> tuple[list, RemeasureSummary]:
+    import random
+
+    names = {t.name for t in tasks}
+    pool = [e for e in journal if task_of_key(e["key"]) in names and e.get("ref_ratios")]
+    todo = random.Random(config.seed).sample(pool, min(n, len(pool)))
+    return todo, RemeasureSummary(selected=len(todo), retest=True)
+
+
+def _run_and_log(config, tasks, progress, command, kind: str, select) -> RemeasureSummary:
     started = now_iso()
     run = _Run(config, tasks)
     try:
-        summary = _remeasure(run, config, tasks, progress)
+        todo, summary = select(run.store.journal)
+        _remeasure(run, config, tasks, todo, summary, progress)
     finally:
         run.store.close()
     append_manifest_run(Path(config.out), {"command": command, "started": started,
-                                           "remeasure_disturbed": summary.to_json()})
+                                           kind: summary.to_json()})
     return summary
 
 
-def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> RemeasureSummary:
+def _remeasure(run: _Run, config: CollectConfig, tasks, todo: list, summary: RemeasureSummary,
+               progress: bool) -> RemeasureSummary:
     from tqdm import tqdm
 
     protocol = config.protocol
     by_name = {t.name: t for t in tasks}
-    disturbed = [e for e in run.store.journal if is_disturbed(e, protocol.ref_slow_rel)]
-    todo = [e for e in disturbed if task_of_key(e["key"]) in by_name]
-    # the worst first: a time budget then cuts off the mildest
-    todo.sort(key=lambda e: -min(e["ref_ratios"]))
-    summary = RemeasureSummary(disturbed=len(todo), not_selected=len(disturbed) - len(todo))
     bar = tqdm(total=len(todo), unit="prog", disable=not progress, file=sys.stderr)
     programs: dict[str, dict] = {}  # task -> {key: Candidate}
     timer = None
@@ -141,12 +196,13 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, progress: bool) -> Remea
             if isinstance(new, Exception):
                 summary.failed += 1
                 continue
-            merged = merged_entry(entry, new)
+            merged = merged_entry(entry, new, "retest" if summary.retest else "disturbed")
             updates[entry["record_index"]] = (run.record_line(task, cand, merged["run_secs"]),
                                               merged)
             summary.remeasured += 1
             summary.now_clean += not is_disturbed(merged, protocol.ref_slow_rel)
             summary.label_ratios.append(min(merged["run_secs"]) / min(entry["run_secs"]))
+            summary.session_ratios.append(min(new.run_secs) / min(entry["run_secs"]))
         run.store.replace_records(updates)
         bar.update(min(config.batch_size, len(todo) - i))
     bar.close()
