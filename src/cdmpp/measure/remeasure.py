@@ -30,9 +30,9 @@ from pathlib import Path
 
 from cdmpp.clock import now_iso
 from cdmpp.measure.build import build_many
+from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, task_of_key
 from cdmpp.measure.database import _measurement
 from cdmpp.measure.noise import retest_noise
-from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, task_of_key
 from cdmpp.measure.timing import Timer, random_args
 from cdmpp.programs.sampling import load_candidates
 from cdmpp.types import Measurement
@@ -88,7 +88,6 @@ class RemeasureSummary:
         if self.retest:
             out["test_retest"] = retest_noise(self.session_ratios) if self.session_ratios else None
         return out
-
 
 
 def is_disturbed(entry: dict, ref_slow_rel: float) -> bool:
