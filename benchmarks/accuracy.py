@@ -8,7 +8,8 @@ timed with TVM's default thread pool, a different device from our 2-thread colle
 
 Two splits of the same feature store: by network (the named networks held out; tasks they
 share with training networks go to neither side) and random (within tasks). For each: every
-model's test metrics (cdmpp, XGBoost on latency and on latency per work, MLP, and the
+model's test metrics (cdmpp, cdmpp-seeds: the geometric mean of cdmpp over three seeds, as
+`cdmpp train --seeds 3` saves it, XGBoost on latency and on latency per work, MLP, and the
 geometric-mean ensemble of cdmpp and XGBoost per work), the label noise floor of the test
 records, the target ratios, and the training time of cdmpp. The noise floor in the targets is
 the test records' median pass-to-pass gap (passes minutes apart); where the data holds records
@@ -38,7 +39,8 @@ def run_split(store, samples, spec: str, epochs: int | None, seed: int) -> dict:
     config = replace(TrainConfig(), seed=seed, **({"epochs": epochs} if epochs else {}))
     # xgb-work: XGBoost given cdmpp's per-work target too, so the comparison also shows what
     # the target alone is worth; ensemble: the geometric mean of cdmpp and xgb-work
-    result = compare(store, split, models=("cdmpp", "xgb", "xgb-work", "mlp", "ensemble"),
+    result = compare(store, split,
+                     models=("cdmpp", "cdmpp-seeds", "xgb", "xgb-work", "mlp", "ensemble"),
                      train_config=config, progress=False,
                      log=lambda m: print(m, file=sys.stderr))
     floor = result.noise_floor()
@@ -52,6 +54,7 @@ def run_split(store, samples, spec: str, epochs: int | None, seed: int) -> dict:
             "cdmpp_over_xgb_mape": cd["mape"] / xgb["mape"],
             "cdmpp_over_xgb_work_mape": cd["mape"] / result.results["xgb-work"]["mape"],
             "cdmpp_over_noise_floor": cd["mape"] / floor["median_ape"],
+            "seeds_over_xgb_mape": result.results["cdmpp-seeds"]["mape"] / xgb["mape"],
             "ensemble_over_xgb_work_mape": (result.results["ensemble"]["mape"]
                                             / result.results["xgb-work"]["mape"])}
 
@@ -93,6 +96,11 @@ def main() -> int:
           f"per-work target); / noise floor = {net['cdmpp_over_noise_floor']:.1f} (target <= 1.5); "
           f"top-1 = {net['results']['cdmpp']['top1']:.3f} (target >= 0.9)")
     print(f"random: cdmpp MAPE / noise floor = {rnd['cdmpp_over_noise_floor']:.1f} (target <= 1.2)")
+    for name, fig in (("by-network", net), ("random", rnd)):
+        seeds = fig["results"]["cdmpp-seeds"]
+        print(f"{name}: cdmpp-seeds MAPE {100 * seeds['mape']:.1f}%, / XGBoost MAPE = "
+              f"{fig['seeds_over_xgb_mape']:.2f}, / noise floor = "
+              f"{seeds['mape'] / fig['noise_floor']['median_ape']:.1f}, top-1 {seeds['top1']:.3f}")
     for name, fig in (("by-network", net), ("random", rnd)):
         ens = fig["results"]["ensemble"]["mape"]
         print(f"{name}: ensemble (cdmpp x xgb-work) MAPE {100 * ens:.1f}%, / XGBoost per work = "

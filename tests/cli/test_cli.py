@@ -45,6 +45,19 @@ def test_db_reports_bad_lines(dense_db, capsys):
     assert "no device.json" in out and '"mcpu": "znver4"' in out and "default thread pool" in out
 
 
+def test_db_names_a_few_workloads_and_counts_the_rest():
+    from types import SimpleNamespace
+
+    from cdmpp.cli.db_cmd import SHOWN_NAMES, _names
+
+    few = [SimpleNamespace(name=f"op{i}", shash=f"h{i}") for i in (2, 1)]
+    assert _names(few) == "op1,op2"
+    many = [SimpleNamespace(name=f"op{i:03d}", shash="") for i in range(SHOWN_NAMES + 5)]
+    shown = _names(many)
+    assert shown.startswith("op000,op001") and shown.endswith(", ... 5 more")
+    assert shown.count(",") == SHOWN_NAMES  # the names, then the count
+
+
 def test_features_then_split(fixture_dbs, tmp_path, capsys):
     store = tmp_path / "store"
     args = ["features", "--out", str(store), "--workers", "1", "--no-progress"]

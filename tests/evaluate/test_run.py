@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from cdmpp.cli.main import main
 from cdmpp.dataset.loader import labeled
@@ -32,6 +33,30 @@ def test_ensemble_reuses_its_fitted_members(fixture_dbs, tmp_path):
     assert set(result.results) == {"cdmpp", "ensemble"}
     assert result.train_seconds["ensemble"] == (result.train_seconds["cdmpp"]
                                                 + result.train_seconds["xgb-work"])
+
+
+def test_seed_ensemble_is_cdmpp_over_consecutive_seeds(fixture_dbs, tmp_path):
+    from cdmpp.evaluate.run import SEEDS
+
+    store = open_store(fixture_dbs, tmp_path / "store", workers=1)
+    split = make_split(store.samples(), "random", seed=0)
+    logged = []
+    result = compare(store, split, models=("cdmpp", "cdmpp-seeds"),
+                     train_config=replace(TrainConfig(), epochs=2, seed=5), log=logged.append)
+    # seed 5 is the comparison's cdmpp, trained once; the others are trained for the ensemble
+    assert [m.split()[1] for m in logged] == ["cdmpp"] + [f"cdmpp@seed+{i}"
+                                                          for i in range(1, SEEDS)]
+    members = result.estimators["cdmpp-seeds"].members_
+    assert members[0] is result.estimators["cdmpp"]
+    assert [m.train_config_.seed for m in members] == list(range(5, 5 + SEEDS))
+    _, test_rows = split.rows(store.samples())
+    programs = labeled(store, store.samples(), test_rows).programs
+    logs = np.mean([np.log(m.predict(programs)) for m in members], axis=0)
+    np.testing.assert_allclose(result.predictions["cdmpp-seeds"], np.exp(logs), rtol=1e-6)
+    assert set(result.results) == {"cdmpp", "cdmpp-seeds"}
+    assert result.train_seconds["cdmpp-seeds"] == pytest.approx(
+        sum(result.train_seconds[k] for k in ["cdmpp"] + [f"cdmpp@seed+{i}"
+                                                          for i in range(1, SEEDS)]))
 
 
 def test_eval_prints_one_table_and_writes_the_report(fixture_dbs, tmp_path, capsys):

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 
+SHOWN_NAMES = 8  # a collection has hundreds of workloads: name a few, count the rest
+
+
+def _names(workloads) -> str:
+    names = sorted({w.name or w.shash for w in workloads})
+    more = len(names) - SHOWN_NAMES
+    return ",".join(names[:SHOWN_NAMES]) + (f", ... {more} more" if more > 0 else "")
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("db", help="check databases: counts, bad lines, noise floor")
     p.add_argument("paths", nargs="+", help="database directories (or folders holding them)")
@@ -40,8 +49,8 @@ def run(args) -> int:
             skipped += len(db.skipped)
             measurements += [r.measurement for r in db.records]
             metas += [r.meta for r in db.records]
-            names = ",".join(sorted({w.name or w.shash for w in db.workloads}))
-            print(f"{path}: {len(db.workloads)} workloads ({names}), {len(db.records)} records")
+            print(f"{path}: {len(db.workloads)} workloads ({_names(db.workloads)}), "
+                  f"{len(db.records)} records")
             print(f"  device: {device_line(path, db)}")
             for line in db.skipped:
                 print(f"  skipped {line}")

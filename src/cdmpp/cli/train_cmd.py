@@ -44,8 +44,9 @@ def add_parser(subparsers) -> None:
     e.add_argument("--split", required=True,
                    help="random | by-task | by-network:NAME,... | by-device:ID,...")
     e.add_argument("--models", default="cdmpp,xgb,mlp",
-                   help="comma-separated: cdmpp, xgb, xgb-work (XGBoost on latency per work), "
-                        "mlp, ensemble (geometric mean of cdmpp and xgb-work)")
+                   help="comma-separated: cdmpp, cdmpp-seeds (geometric mean of cdmpp over "
+                        "seeds S..S+2, as `train --seeds 3` saves), xgb, xgb-work (XGBoost on "
+                        "latency per work), mlp, ensemble (geometric mean of cdmpp and xgb-work)")
     e.add_argument("--report-dir", default="cdmpp-eval", help="PNG plots + markdown report here")
     e.set_defaults(run=run_eval)
 

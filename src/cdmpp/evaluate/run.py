@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -15,6 +15,9 @@ MODELS = ("cdmpp", "xgb", "mlp")
 # "ensemble": the geometric mean of these two (cdmpp.model.ensemble), reusing them when the
 # same comparison already fitted them
 ENSEMBLE_MEMBERS = ("cdmpp", "xgb-work")
+# "cdmpp-seeds": the geometric mean of cdmpp trained with seeds S .. S+SEEDS-1 (what `cdmpp train
+# --seeds 3` saves); seed S is the comparison's "cdmpp", reused when it is fitted anyway
+SEEDS = 3
 
 
 @dataclass
@@ -65,24 +68,31 @@ def compare(store, split, models=MODELS, model_config=None, train_config=None,
         raise ValueError(f"split {split.name} has no test samples")
     out = Comparison(split, test.latency_s, test.noise_rel, test.clean_passes)
 
-    def fitted(name: str):
-        if name not in out.estimators:
-            log(f"training {name} on {len(train.latency_s)} programs ...")
+    base = train_config or TrainConfig()
+
+    def fitted(name: str, seed_offset: int = 0) -> str:
+        """The key of `name` trained with seed + seed_offset in out.estimators (fitted once)."""
+        key = name if not seed_offset else f"{name}@seed+{seed_offset}"
+        if key not in out.estimators:
+            log(f"training {key} on {len(train.latency_s)} programs ...")
             start = time.perf_counter()
-            out.estimators[name] = make_estimator(name, model_config, train_config,
-                                                  progress).fit(train.programs, train.latency_s)
-            out.train_seconds[name] = time.perf_counter() - start
-        return out.estimators[name]
+            config = replace(base, seed=base.seed + seed_offset)
+            out.estimators[key] = make_estimator(name, model_config, config,
+                                                 progress).fit(train.programs, train.latency_s)
+            out.train_seconds[key] = time.perf_counter() - start
+        return key
 
     for name in models:
-        if name == "ensemble":
+        if name in ("ensemble", "cdmpp-seeds"):
             from cdmpp.model.ensemble import EnsembleRegressor
 
-            est = EnsembleRegressor.from_fitted([fitted(m) for m in ENSEMBLE_MEMBERS])
+            keys = ([fitted(m) for m in ENSEMBLE_MEMBERS] if name == "ensemble" else
+                    [fitted("cdmpp", i) for i in range(SEEDS)])
+            est = EnsembleRegressor.from_fitted([out.estimators[k] for k in keys])
             out.estimators[name] = est
-            out.train_seconds[name] = sum(out.train_seconds[m] for m in ENSEMBLE_MEMBERS)
+            out.train_seconds[name] = sum(out.train_seconds[k] for k in keys)
         else:
-            est = fitted(name)
+            est = out.estimators[fitted(name)]
         out.predictions[name] = est.predict(test.programs)
         out.results[name] = summary(test.latency_s, out.predictions[name], test.programs.task)
     return out
