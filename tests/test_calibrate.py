@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from cdmpp.calibrate import CalibrateConfig, calibrate, tasks_for_budget
+from cdmpp.model.ensemble import EnsembleRegressor
 
 
-@pytest.fixture
-def base_model(fixture_dbs, tmp_path):
+@pytest.fixture(params=["one model", "two seeds"])
+def base_model(request, fixture_dbs, tmp_path):
+    """A tiny CDMPP model, or an ensemble of two seeds of it (as the shipped default is)."""
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
@@ -23,10 +25,11 @@ def base_model(fixture_dbs, tmp_path):
     store = FeatureStore(tmp_path / "store")
     samples = store.samples()
     data = labeled(store, samples, np.arange(samples.num_rows))
-    model = CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                                       head_hidden=(16,)),
-                           TrainConfig(epochs=2, batch_size=8, threads=1))
-    model.fit(data.programs, data.latency_s)
+    models = [CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                         head_hidden=(16,)),
+                             TrainConfig(epochs=2, batch_size=8, threads=1, seed=seed)).fit(
+        data.programs, data.latency_s) for seed in range(1 if request.param == "one model" else 2)]
+    model = models[0] if len(models) == 1 else EnsembleRegressor.from_fitted(models)
     return save_estimator(model, tmp_path / "base")
 
 
@@ -52,6 +55,12 @@ def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model
 
     data = measured_programs(config.data_dir, info["tasks"])
     assert np.all(np.isfinite(model.predict(data.programs)))
+    # every member of an ensemble was fine-tuned (the fine-tuning settings, a seed each)
+    base = load_estimator(base_model)
+    members = model.members_ if isinstance(base, EnsembleRegressor) else [model]
+    assert type(model) is type(base)
+    assert [(m.train_config_.batch_size, m.train_config_.seed) for m in members] == \
+        [(16, i) for i in range(len(members))]
 
 
 def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path):
@@ -79,3 +88,16 @@ def test_kmeans_order_in_rounds_starts_with_a_representative_set():
     assert len(order) == 9 and len(set(order)) == 9
     assert order[:4] == kmeans_select(points, names, 4, seed=0)  # the first round alone
     assert choose_tasks(Embedder(), programs, 9, "kmeans", seed=0, round_size=4) == order
+
+
+def test_a_model_that_is_not_cdmpp_is_refused_by_name():
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.calibrate import cdmpp_members
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    with pytest.raises(ValueError, match="fine-tunes CDMPP models; 'xgb' is or holds a "
+                                         "XGBBaseline"):
+        cdmpp_members(XGBBaseline(), "xgb")
+    mixed = EnsembleRegressor.from_fitted([CDMPPRegressor(), XGBBaseline()])
+    with pytest.raises(ValueError, match="'ensemble' is or holds a XGBBaseline$"):
+        cdmpp_members(mixed, "ensemble")

@@ -100,12 +100,27 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
     return chosen
 
 
+def cdmpp_members(model, name) -> list:
+    """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
+    (e.g. the shipped default, three seeds). Each is fine-tuned; the first's embeddings choose
+    the tasks."""
+    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
+    bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
+    if bad:
+        raise ValueError(f"calibrate fine-tunes CDMPP models; {str(name)!r} is or holds a "
+                         f"{', '.join(bad)}")
+    return list(members)
+
+
 def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
     from cdmpp.device import device_vector
     from cdmpp.measure.collect import CollectConfig, claim_measured_device, collect
-    from cdmpp.model.estimator import CDMPPRegressor, fine_tune_config
+    from cdmpp.model.estimator import fine_tune_config
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.programs.catalog import select
 
@@ -114,17 +129,16 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     if config.tasks is None and config.budget_minutes is None:
         raise ValueError("give --tasks K or --budget-minutes M (or both)")
     base = load_estimator(config.model)
-    if not isinstance(base, CDMPPRegressor):
-        raise ValueError(f"calibrate fine-tunes a CDMPP model; {config.model!r} is a "
-                         f"{type(base).__name__}")
+    members = cdmpp_members(base, config.model)
+    first = members[0]
     # the measured device, kept in the data directory: the collector reuses its figures, and
     # a resumed calibration gives the same device vector
     device, _ = claim_measured_device(config.data_dir, config.threads, config.mcpu)
-    if base.model_config_.device_dim:
+    if first.model_config_.device_dim:
         vector = device_vector(device)
-        if len(vector) != base.model_config_.device_dim:
+        if len(vector) != first.model_config_.device_dim:
             raise ValueError(f"{config.model} takes device vectors of length "
-                             f"{base.model_config_.device_dim}, this cdmpp makes {len(vector)}")
+                             f"{first.model_config_.device_dim}, this cdmpp makes {len(vector)}")
     else:
         vector = None
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
@@ -133,7 +147,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     k = min(config.tasks or OVERBOOK * fits, len(candidates))
     log(f"embedding {len(candidates)} tasks with {config.model}")
     everything = default_programs(candidates, device.target).with_device(vector)
-    chosen = choose_tasks(base, everything, k, config.selection, config.seed,
+    chosen = choose_tasks(first, everything, k, config.selection, config.seed,
                           round_size=None if config.tasks else fits)
     log(f"{config.selection} chose {k} tasks" + ("" if config.tasks else
         " (in order; measured until the budget is spent)") + f": {', '.join(chosen)}")
@@ -158,13 +172,16 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}: raise the budget")
     programs = train.programs.with_device(vector)
-    tc = fine_tune_config(base.train_config_, epochs=config.epochs, adapt=config.adapt,
-                          adapt_weight=config.adapt_weight, seed=config.seed)
-    base.progress = progress
-    base.fine_tune(programs, train.latency_s, train_config=tc,
-                   unlabeled=everything if config.adapt else None)
-    if vector is not None:
-        base.device_vector_ = np.asarray(vector, dtype=np.float64)
+    for i, member in enumerate(members):  # in place: `base` holds them
+        if len(members) > 1:
+            log(f"fine-tuning member {i + 1} of {len(members)}")
+        tc = fine_tune_config(member.train_config_, epochs=config.epochs, adapt=config.adapt,
+                              adapt_weight=config.adapt_weight, seed=config.seed + i)
+        member.progress = progress
+        member.fine_tune(programs, train.latency_s, train_config=tc,
+                         unlabeled=everything if config.adapt else None)
+        if vector is not None:
+            member.device_vector_ = np.asarray(vector, dtype=np.float64)
     info = {"base_model": str(config.model), "device_id": device.device_id,
             "selection": config.selection, "tasks": measured,
             "records": int(len(train.latency_s)), "data": str(config.data_dir),

@@ -386,3 +386,46 @@ def test_the_ranking_term_needs_tasks(slice_data):
     config = TrainConfig(**{**FAST.to_json(), "epochs": 1, "rank_weight": 0.5})
     with pytest.raises(ValueError, match="rank_weight"):
         CDMPPRegressor(TINY, config).fit(no_tasks, train.latency_s)
+
+
+def test_models_with_the_same_inputs_are_predicted_together(fitted, refitted, slice_data,
+                                                            monkeypatch):
+    from dataclasses import replace
+
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import predict_together
+    from cdmpp.train.loop import predict_network
+
+    train, test = slice_data
+    other_seed = CDMPPRegressor(TINY, TrainConfig(**{**FAST.to_json(), "epochs": 3,
+                                                     "seed": 1})).fit(
+        train.programs, train.latency_s)
+    no_alignment = CDMPPRegressor(replace(TINY, stride_alignment=False),
+                                  TrainConfig(**{**FAST.to_json(), "epochs": 3})).fit(
+        train.programs, train.latency_s)
+    models = [fitted, refitted, other_seed, no_alignment]
+    # seeds read the same raw rows, though each normalizes them its own way
+    assert fitted.input_key() == refitted.input_key() == other_seed.input_key() \
+        != no_alignment.input_key()
+    assert not np.array_equal(fitted.normalizer_.feature_min_, refitted.normalizer_.feature_min_)
+    # exactly what the training side's preparation (normalized, then padded) gives
+    alone = [m.normalizer_.inverse_target(predict_network(m.net_, m._data(test.programs)))
+             * m._scale(test.programs) for m in models]
+    prepared = []
+    real = CDMPPRegressor._leaf_inputs
+    monkeypatch.setattr(CDMPPRegressor, "_leaf_inputs",
+                        lambda self, x: (prepared.append(self), real(self, x))[1])
+    together = predict_together(models, test.programs)
+    assert len(prepared) == 2  # one preparation per distinct input key
+    for got, want in zip(together, alone):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(other_seed.predict(test.programs), alone[2])
+    xgb = XGBBaseline(n_estimators=10, nthread=1).fit(train.programs, train.latency_s)
+    prepared.clear()
+    ens = EnsembleRegressor.from_fitted([fitted, xgb, other_seed])
+    np.testing.assert_allclose(ens.predict(test.programs), np.cbrt(
+        alone[0] * xgb.predict(test.programs) * alone[2]))
+    assert len(prepared) == 1
+    assert [len(p) for p in predict_together([fitted, other_seed],
+                                             test.programs.subset([]))] == [0, 0]

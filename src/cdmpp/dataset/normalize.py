@@ -53,13 +53,18 @@ class Normalizer:
         if not hasattr(self, "boxcox_lambda_"):
             raise RuntimeError("this Normalizer is not fitted yet: call fit() first")
 
-    def transform_features(self, x: np.ndarray) -> np.ndarray:
+    def feature_affine(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, scale), float32: a normalized feature is (x - offset) * scale."""
         self._check()
         span = self.feature_max_ - self.feature_min_
         scale = (1.0 / np.where(span > 0, span, 1.0)).astype(np.float32)
+        return self.feature_min_.astype(np.float32), scale
+
+    def transform_features(self, x: np.ndarray) -> np.ndarray:
         # float32 throughout: the network reads float32, and predicting from the store is bound
         # by this pass over every leaf
-        out = np.asarray(x, dtype=np.float32) - self.feature_min_.astype(np.float32)
+        offset, scale = self.feature_affine()
+        out = np.asarray(x, dtype=np.float32) - offset
         out *= scale
         return out
 

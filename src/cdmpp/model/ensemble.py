@@ -63,13 +63,26 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
         if not len(programs):
             return np.zeros(0)
         log_sum = np.zeros(len(programs))
-        for w, member in zip(self.weights_, self.members_):
-            p = np.asarray(member.predict(programs), dtype=np.float64)
+        for w, member, p in zip(self.weights_, self.members_, self._member_predictions(programs)):
+            p = np.asarray(p, dtype=np.float64)
             if np.any(~np.isfinite(p)) or np.any(p <= 0):
                 raise ValueError(f"ensemble member {type(member).__name__} predicted a "
                                  "non-positive or non-finite latency")
             log_sum += w * np.log(p)
         return np.exp(log_sum)
+
+    def _member_predictions(self, programs) -> list:
+        """Every member's prediction; transformer members prepare their inputs together."""
+        from cdmpp.model.estimator import CDMPPRegressor, predict_together
+
+        out = [None] * len(self.members_)
+        shared = [i for i, m in enumerate(self.members_) if isinstance(m, CDMPPRegressor)]
+        for i, p in zip(shared, predict_together([self.members_[i] for i in shared], programs)):
+            out[i] = p
+        for i, member in enumerate(self.members_):
+            if out[i] is None:
+                out[i] = member.predict(programs)
+        return out
 
     def save(self, path) -> Path:
         from cdmpp.model.registry import save_estimator

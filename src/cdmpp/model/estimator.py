@@ -95,7 +95,9 @@ class CDMPPRegressor:
         span = np.where(self.device_max_ > self.device_min_, self.device_max_ - self.device_min_, 1)
         return ((d - self.device_min_) / span).astype(np.float32)
 
-    def _data(self, programs: ProgramSet, latency_s=None, weight=None):
+    def _data(self, programs: ProgramSet, latency_s=None, weight=None, normalize: bool = True):
+        """The network's inputs; `normalize=False`: leaf rows and device vectors left raw
+        (`predict_together` normalizes them batch by batch, for each model its own way)."""
         from cdmpp.train.loop import TrainData
 
         if programs.n_features != self.model_config_.n_features:
@@ -106,14 +108,15 @@ class CDMPPRegressor:
         feats, positions = [], []
         if counts:
             bounds = np.concatenate([[0], np.cumsum(counts)])
-            rows = self.normalizer_.transform_features(
-                self._leaf_inputs(np.concatenate(programs.leaf_features)))
+            rows = self._leaf_inputs(np.concatenate(programs.leaf_features))
+            rows = (self.normalizer_.transform_features(rows) if normalize
+                    else np.asarray(rows, dtype=np.float32))
             pos = np.concatenate(programs.leaf_pos)
             feats = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
             positions = [pos[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
-        device = self._device_matrix(programs)
+        device = self._device_matrix(programs) if normalize else None
         groups = None if latency_s is None else _groups(programs, device)  # training only
         return TrainData(feats, positions, target, device, weight, groups)
 
@@ -281,13 +284,13 @@ class CDMPPRegressor:
 
     def predict(self, programs: ProgramSet) -> np.ndarray:
         """Latency in seconds for every program."""
-        from cdmpp.train.loop import predict_network
+        return predict_together([self], programs)[0]
 
+    def input_key(self) -> tuple:
+        """Equal for fitted models that read the same raw leaf rows (e.g. seeds of one
+        configuration; their normalizers may differ): `predict_together` prepares them once."""
         self._check_fitted()
-        if not len(programs):
-            return np.zeros(0)
-        z = predict_network(self.net_, self._data(programs))
-        return self.normalizer_.inverse_target(z) * self._scale(programs)
+        return self.model_config_.n_features, self.model_config_.stride_alignment
 
     def score(self, programs: ProgramSet, y) -> float:
         """-MAPE (higher is better, sklearn's convention)."""
@@ -378,3 +381,33 @@ class CDMPPRegressor:
             if "device_vector" in config:
                 model.device_vector_ = np.asarray(config["device_vector"])
         return model
+
+
+def predict_together(models, programs: ProgramSet) -> list[np.ndarray]:
+    """Each fitted CDMPPRegressor's latencies (seconds) for `programs`. Models with the same
+    `input_key` share one preparation of the raw inputs and one padding of each batch, which
+    each normalizes its own way: three seeds predict in well under three times one model's
+    time, and each exactly as it would alone."""
+    from cdmpp.train.loop import predict_networks
+
+    out: list = [None] * len(models)
+    groups: dict = {}
+    for i, model in enumerate(models):
+        groups.setdefault(model.input_key(), []).append(i)
+    for members in groups.values():
+        first = models[members[0]]
+        if not len(programs):
+            for i in members:
+                out[i] = np.zeros(0)
+            continue
+        inputs = [(*models[i].normalizer_.feature_affine(), models[i]._device_matrix(programs))
+                  for i in members]
+        z = predict_networks([models[i].net_ for i in members],
+                             first._data(programs, normalize=False), inputs=inputs)
+        scales: dict = {}  # programs.work() of per-work models, once
+        for row, i in enumerate(members):
+            target = models[i].model_config_.target
+            if target not in scales:
+                scales[target] = models[i]._scale(programs)
+            out[i] = models[i].normalizer_.inverse_target(z[row]) * scales[target]
+    return out

@@ -55,12 +55,31 @@ class History:
 
 def predict_network(net, data: TrainData, batch_size: int = 1024) -> np.ndarray:
     """Network outputs (transformed target) for every program, in order."""
-    net.eval()
-    out = np.empty(len(data.features), dtype=np.float64)
-    with torch.no_grad():
+    return predict_networks([net], data, batch_size)[0]
+
+
+def predict_networks(nets, data: TrainData, batch_size: int = 1024, inputs=None) -> np.ndarray:
+    """(len(nets), n) outputs of several networks on the same programs; each batch is padded
+    once for all of them. `inputs`: None when `data` holds normalized features and device
+    vectors; else, per network, (offset, scale, device matrix or None): `data` holds the raw
+    leaf rows, normalized in each batch as `Normalizer.transform_features` would."""
+    for net in nets:
+        net.eval()
+    affine = None if inputs is None else [(torch.from_numpy(lo), torch.from_numpy(scale))
+                                          for lo, scale, _ in inputs]
+    out = np.empty((len(nets), len(data.features)), dtype=np.float64)
+    with torch.inference_mode():
         for rows in in_order(data.n_leaves, batch_size):
             x, p, m, d = collate(data.features, data.positions, rows, data.device)
-            out[rows] = net(x, p, m, d)[0].numpy()
+            for i, net in enumerate(nets):
+                if inputs is not None:
+                    lo, scale = affine[i]
+                    device = inputs[i][2]
+                    xi = torch.where(m.unsqueeze(-1), (x - lo) * scale, 0.0)  # padding stays 0
+                    di = None if device is None else torch.from_numpy(device[rows])
+                else:
+                    xi, di = x, d
+                out[i, rows] = net(xi, p, m, di)[0].numpy()
     return out
 
 
