@@ -36,8 +36,8 @@ def add_parser(subparsers) -> None:
                         "report its test side (default: train on everything)")
     t.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="train K models (seeds S..S+K-1) and save their geometric-mean "
-                        "ensemble: K times the training and prediction time, lower error on "
-                        "held-out networks (docs/model.md)")
+                        "ensemble: K times the training time, lower error on held-out "
+                        "networks; the shipped default is K=3 (docs/model.md)")
     t.set_defaults(run=run_train)
     e = subparsers.add_parser("eval", help="train cdmpp and the baselines on a split; compare")
     _common(e)
