@@ -5,20 +5,29 @@
 (GPU or not) and nothing else: so one cached context per target, one `Schedule` per kernel (or the
 caller's own, e.g. from `replay_trace`) and an empty `args_info` are all it needs.
 
-What 0.27 does (the C++ source is not installed: the pass list is TVM's documented one, and every
-behaviour named here was checked by experiment, see tests/features): it copies the module, runs
-RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite) -> SimplifyForFeatureExtraction ->
-LowerCrossThreadReduction -> LowerInitBlock -> PlanAndUpdateBufferAllocationLocation ->
-ConvertBlocksToOpaque -> UnifyThreadBinding -> CompactBufferAllocation -> LowerMatchBuffer ->
-Simplify, then emits ONE ROW PER BUFFER written by a store whose value is not a constant, in the
-order of each buffer's first such store, with the loop-nest features of its LAST such store.
+What 0.27 does (the C++ source is not installed: the pass list below was read with a pass
+instrument, and every behaviour named here was checked by experiment, see tests/features): it
+copies the module, runs RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite) ->
+SimplifyForFeatureExtraction -> LowerCrossThreadReduction -> LowerInitBlock ->
+PlanAndUpdateBufferAllocationLocation -> ConvertBlocksToOpaque -> CompactBufferAllocation ->
+StmtSimplify -> LowerAutoCopy -> UnifyThreadBinding -> LowerMatchBuffer -> StmtSimplify, then
+emits ONE ROW PER BUFFER written by a store whose value is not a constant, in the order of each
+buffer's first such store, with the loop-nest features of its LAST such store.
 SimplifyForFeatureExtraction is not exposed to Python (the walker emulates it); the passes that
 change the statement structure are cheap and run here ("structural"); the others only rewrite
-shapes and indices, except Simplify, which may fold a store to a constant ("full", the fallback).
+shapes and indices, except StmtSimplify, which may fold a store to a constant ("full", the
+fallback).
+
+CompactBufferAllocation and the two StmtSimplify runs are ~85% of the call on a convolution. On
+CPU kernels the three passes between the two simplifications usually change nothing, and the
+second simplification then re-simplifies its own output: `skipping_repeated_simplify` skips it
+only when the module it would get is structurally equal to what the first one returned. Rows
+with and without the skip were bit-identical on every stored record (docs/features.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 
@@ -27,6 +36,8 @@ from cdmpp.tvm_env import import_tvm, meta_schedule
 _LOCK = threading.Lock()
 _CONTEXTS: dict = {}
 _PASSES: dict = {}
+_SIMPLIFY = "s_tir.StmtSimplify"
+_SKIPPER: list = []  # the pass-instrument class, made once (it needs TVM)
 
 
 def target_key(target) -> str:
@@ -167,14 +178,71 @@ def _schedule(mod):
         return s_tir.Schedule(tvm.IRModule({gv: func.with_body(body)}), enable_check=False)
 
 
-def per_store_rows(sch, mod, target):
-    """TVM's (n_rows, 164) float32 per-store matrix of `mod` (via `sch` if given)."""
+def _skipper_class():
+    with _LOCK:
+        if not _SKIPPER:
+            import_tvm()
+            from tvm.ir.instrument import pass_instrument
+
+            from cdmpp.measure.tvm_codec import structural_equal
+
+            @pass_instrument
+            class SkipRepeatedSimplify:
+                """Skips a StmtSimplify whose input is what the previous one returned."""
+
+                def __init__(self):
+                    self.simplified = None
+                    self.skipped = 0
+
+                def should_run(self, mod, info):
+                    if info.name != _SIMPLIFY or self.simplified is None:
+                        return True
+                    if structural_equal(mod, self.simplified):
+                        self.skipped += 1
+                        return False
+                    return True
+
+                def run_after_pass(self, mod, info):
+                    if info.name == _SIMPLIFY:
+                        self.simplified = mod
+
+            _SKIPPER.append(SkipRepeatedSimplify)
+        return _SKIPPER[0]
+
+
+@contextlib.contextmanager
+def skipping_repeated_simplify():
+    """A PassContext (the caller's settings kept) in which the feature passes skip their second
+    StmtSimplify when it would re-simplify its own output; yields the instrument (`.skipped`).
+    Under a caller's own pass instruments nothing is skipped (yields None)."""
+    tvm = import_tvm()
+    outer = tvm.transform.PassContext.current()
+    if len(outer.instruments):
+        yield None
+        return
+    skipper = _skipper_class()()
+    ctx = tvm.transform.PassContext(opt_level=outer.opt_level,
+                                    required_pass=list(outer.required_pass),
+                                    disabled_pass=list(outer.disabled_pass),
+                                    instruments=[skipper], config=dict(outer.config))
+    with ctx:
+        yield skipper
+
+
+def per_store_rows(sch, mod, target, exact: bool = False):
+    """TVM's (n_rows, 164) float32 per-store matrix of `mod` (via `sch` if given).
+    `exact`: run TVM's pass list in full (default: skip its repeated StmtSimplify, above)."""
     ms = meta_schedule()
 
     ctx, extractor = _context(target)
     if sch is None:
         sch = _schedule(mod)
-    (rows,) = extractor.extract_from(ctx, [ms.MeasureCandidate(sch, [])])
+    candidate = [ms.MeasureCandidate(sch, [])]
+    if exact:
+        (rows,) = extractor.extract_from(ctx, candidate)
+    else:
+        with skipping_repeated_simplify():
+            (rows,) = extractor.extract_from(ctx, candidate)
     return rows.numpy()
 
 
