@@ -115,12 +115,27 @@ def cdmpp_members(model, name) -> list:
     return list(members)
 
 
+def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vector,
+                      unlabeled=None, log=None, progress: bool = True) -> None:
+    """Fine-tune each member in place (seed `config.seed + i`) and give it the device vector."""
+    from cdmpp.model.estimator import fine_tune_config
+
+    for i, member in enumerate(members):
+        if log and len(members) > 1:
+            log(f"fine-tuning member {i + 1} of {len(members)}")
+        tc = fine_tune_config(member.train_config_, epochs=config.epochs, adapt=config.adapt,
+                              adapt_weight=config.adapt_weight, seed=config.seed + i)
+        member.progress = progress
+        member.fine_tune(programs, latency_s, train_config=tc, unlabeled=unlabeled)
+        if vector is not None:
+            member.device_vector_ = np.asarray(vector, dtype=np.float64)
+
+
 def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
     from cdmpp.device import device_vector
     from cdmpp.measure.collect import CollectConfig, claim_measured_device, collect
-    from cdmpp.model.estimator import fine_tune_config
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.programs.catalog import select
 
@@ -171,17 +186,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     if len(train.latency_s) < 2:
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}: raise the budget")
-    programs = train.programs.with_device(vector)
-    for i, member in enumerate(members):  # in place: `base` holds them
-        if len(members) > 1:
-            log(f"fine-tuning member {i + 1} of {len(members)}")
-        tc = fine_tune_config(member.train_config_, epochs=config.epochs, adapt=config.adapt,
-                              adapt_weight=config.adapt_weight, seed=config.seed + i)
-        member.progress = progress
-        member.fine_tune(programs, train.latency_s, train_config=tc,
-                         unlabeled=everything if config.adapt else None)
-        if vector is not None:
-            member.device_vector_ = np.asarray(vector, dtype=np.float64)
+    fine_tune_members(members, train.programs.with_device(vector), train.latency_s, config,
+                      vector, unlabeled=everything if config.adapt else None, log=log,
+                      progress=progress)
     info = {"base_model": str(config.model), "device_id": device.device_id,
             "selection": config.selection, "tasks": measured,
             "records": int(len(train.latency_s)), "data": str(config.data_dir),
