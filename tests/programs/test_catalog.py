@@ -35,7 +35,8 @@ def test_catalog_covers_all_networks_and_families():
 
 def test_tasks_are_well_formed():
     for t in C.catalog():
-        assert bool(t.networks) != (t.op == "matmul_bias")  # the sweep belongs to no network
+        sweep_op = t.op in ("matmul_bias", "conv2d", "depthwise_conv2d")
+        assert t.networks or sweep_op  # only the sweeps' tasks belong to no network
         assert list(t.networks) == sorted(set(t.networks))
         assert set(t.networks) <= set(C.NETWORKS)
         assert list(t.params) == sorted(t.params)
@@ -173,6 +174,29 @@ def test_matmul_bias_sweep_covers_every_k_n_pair_and_no_network():
     assert all(not t.networks for t in sweep)
     assert all(8 <= dict(t.params)["m"] <= 2048 for t in sweep)
     assert not set(C.select(networks=list(C.NETWORKS))) & set(sweep)
+
+
+def test_conv_sweep_holds_no_network_layer_and_is_selected_as_sweep():
+    sweep = C.select(ops=["conv2d", "depthwise_conv2d"], networks=[C.SWEEP])
+    assert len(sweep) >= 200
+    assert {t.op for t in sweep} == {"conv2d", "depthwise_conv2d"}
+    assert all(not t.networks for t in sweep)
+    assert all(dict(t.params)["kernel"] in (1, 3) for t in sweep)
+    # no sweep task has the shape of a network's layer: a by-network split keeps them all on
+    # the training side, and the held-out side stays what it was without the sweep
+    network_shapes = {(t.op, t.params) for t in C.select(networks=list(C.NETWORKS))}
+    assert not network_shapes & {(t.op, t.params) for t in sweep}
+    conv1x1 = [dict(t.params) for t in sweep if t.op == "conv2d"]
+    assert all(p["n"] * p["h"] * p["w"] * p["c"] * p["k"] <= C.CONV_SWEEP_MACS for p in conv1x1)
+    # `sweep` as a network selects both sweeps and nothing else
+    everything = C.select(networks=[C.SWEEP])
+    assert {t.op for t in everything} == {"matmul_bias", "conv2d", "depthwise_conv2d"}
+    assert set(sweep) | set(C.select(ops=["matmul_bias"])) == set(everything)
+
+
+def test_unknown_network_names_the_sweep_choice():
+    with pytest.raises(ValueError, match="sweep"):
+        C.select(networks=["resnet17"])
 
 
 def test_matmul_bias_has_the_features_of_relax_s_untuned_linear_kernel():

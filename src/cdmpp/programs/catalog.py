@@ -39,7 +39,8 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-CATALOG_VERSION = "4"  # 2: + the matmul_bias sweep; 3: + its alignment pairs; 4: + 4 CNNs
+# 2: + the matmul_bias sweep; 3: + its alignment pairs; 4: + 4 CNNs; 5: + the convolution sweep
+CATALOG_VERSION = "5"
 NETWORKS = ("resnet18", "resnet50", "mobilenet_v2", "bert_base", "gpt2", "vit_b16",
             "mobilenet_v1", "squeezenet1_1", "shufflenet_v2", "densenet121")
 OPS = (
@@ -60,6 +61,15 @@ SWEEP_MACS = (2**26, 2**28)
 # every alignment between the sweep's sizes (data/README.md has what they cost).
 ALIGN_K = (768, 1536, 2304, 3072)
 ALIGN_N = (768, 1280, 1536, 1792, 2304, 2560, 3072, 3584)
+# The convolution sweep (catalog version 5): 1x1 and depthwise 3x3 convolutions over a ladder
+# of channel counts and resolutions (alternately at batch 1 and 4; of the 1x1 ones every third
+# point of the grid, of no more than CONV_SWEEP_MACS multiply-adds), none with the shape of a
+# network's layer.
+# 1x1 and depthwise convolutions were 72% of the by-network split's error and, apart from the
+# held-out networks, only a few networks have them (docs/model.md).
+CONV_SWEEP_CHANNELS = (16, 24, 40, 64, 96, 144, 240, 384, 576, 960, 1536)
+CONV_SWEEP_SIZES = (7, 14, 28, 56, 112)
+CONV_SWEEP_MACS = 2**28
 
 Params = tuple[tuple[str, int], ...]
 Layer = tuple[str, Params]
@@ -336,6 +346,24 @@ def linear_sweep() -> Iterator[Layer]:
             yield _layer("matmul_bias", m=_sweep_m(SWEEP_MACS[0], k, n), k=k, n=n)
 
 
+def conv_sweep(exclude: frozenset = frozenset()) -> Iterator[Layer]:
+    """The convolution sweep, without the layers in `exclude` (the networks' own)."""
+    chans, sizes = CONV_SWEEP_CHANNELS, CONV_SWEEP_SIZES
+    for hi, h in enumerate(sizes):
+        for ci, c in enumerate(chans):
+            for ki, k in enumerate(chans):
+                n = 4 if (ci + ki) % 2 else 1
+                layer = _conv(n, c, h, k, 1)
+                if (hi + ci + ki) % 3 == 0 and n * h * h * c * k <= CONV_SWEEP_MACS \
+                        and layer not in exclude:
+                    yield layer
+            for stride in (1, 2):
+                n = 4 if (ci + stride) % 2 else 1
+                layer = _dwconv(n, c, h, stride)
+                if layer not in exclude:
+                    yield layer
+
+
 _NETWORK_LAYERS = {
     "resnet18": (functools.partial(_resnet, 18), CNN_BATCHES),
     "resnet50": (functools.partial(_resnet, 50), CNN_BATCHES),
@@ -401,6 +429,8 @@ def catalog() -> tuple[Task, ...]:
                 found.setdefault(layer, set()).add(network)
     for layer in linear_sweep():
         found.setdefault(layer, set())
+    for layer in conv_sweep(frozenset(found)):
+        found.setdefault(layer, set())
     tasks = tuple(
         Task(task_name(op, params), op, params, tuple(sorted(nets)))
         for (op, params), nets in found.items()
@@ -426,8 +456,12 @@ def get_task(name: str) -> Task:
         raise KeyError(f"no task {name!r} in the catalog{_close(name, list(_by_name()))}") from None
 
 
+SWEEP = "sweep"  # in `select`'s networks: the tasks that belong to no network (the sweeps)
+
+
 def select(ops: Sequence[str] | None = None, networks: Sequence[str] | None = None) -> list[Task]:
-    """Tasks whose name or family is in `ops` and that occur in one of `networks` (None: any)."""
+    """Tasks whose name or family is in `ops` and that occur in one of `networks` (None: any;
+    `SWEEP` stands for the sweeps' tasks, which belong to no network)."""
     if isinstance(ops, str) or isinstance(networks, str):
         raise TypeError("ops and networks are sequences of names, not a single string")
     for op in ops or ():
@@ -437,15 +471,16 @@ def select(ops: Sequence[str] | None = None, networks: Sequence[str] | None = No
                 f"{', '.join(OPS)}{_close(op, list(_by_name()))}"
             )
     for net in networks or ():
-        if net not in NETWORKS:
-            raise ValueError(f"unknown network {net!r}; networks: {', '.join(NETWORKS)}")
+        if net not in NETWORKS and net != SWEEP:
+            raise ValueError(f"unknown network {net!r}; networks: {', '.join(NETWORKS)} "
+                             f"(or {SWEEP}: the tasks of no network)")
     wanted_ops = None if ops is None else set(ops)
     wanted_nets = None if networks is None else set(networks)
     return [
         t
         for t in catalog()
         if (wanted_ops is None or t.op in wanted_ops or t.name in wanted_ops)
-        and (wanted_nets is None or wanted_nets.intersection(t.networks))
+        and (wanted_nets is None or wanted_nets.intersection(t.networks or (SWEEP,)))
     ]
 
 
