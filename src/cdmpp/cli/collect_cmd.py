@@ -17,8 +17,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", help="output directory (a TVM JSON database + cdmpp files)")
     p.add_argument("--list", action="store_true", help="show the operator catalog and exit")
     p.add_argument("--ops", type=csv_list, help="task names or operator families, comma-separated")
-    p.add_argument("--network", type=csv_list, help="networks, comma-separated (resnet18, ...; sweep: the tasks of no "
-                        "network, the catalog's sweeps)")
+    p.add_argument("--network", type=csv_list,
+                   help="networks, comma-separated (resnet18, ...; sweep: the catalog's sweeps, "
+                        "which belong to no network)")
     p.add_argument("--kernels-of", type=csv_list, default=None, metavar="NETWORK,...",
                    help="collect the fused kernels TVM runs for these networks (resnet18, ...) "
                         "instead of catalog operators; the database then also serves as a "

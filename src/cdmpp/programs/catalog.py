@@ -26,6 +26,10 @@ bring 1x1 and depthwise convolutions from networks other than ResNet-50 and Mobi
 model that has never seen those two still trains on such layers. Their conv-BN-ReLU layers are
 `conv2d_bias_relu` (MobileNet-V1 keeps V2's conv + `relu6`).
 
+A second sweep (catalog version 5, `conv_sweep`): 1x1 and depthwise 3x3 convolutions over a
+ladder of channel counts and resolutions, leaving out every shape a network has, so held-out
+networks keep their own layers and a model still sees many more such convolutions.
+
 Not catalogued: GPT-2's 50257-way LM head (a 5-20 GFLOP dense that would dominate measuring),
 attention scaling/masking, grouped convs (none of our networks has one), concatenation and
 channel shuffle (data movement), DenseNet's pre-activation BN-ReLU and 2x2 average pools.
