@@ -8,7 +8,9 @@
 `--threads 1` on this machine). Records of any task a calibrated model measured are dropped,
 so every model is tested on the same unseen tasks; the base model (zero-shot) is the first row.
 Prints MAPE, median APE, share within 10%, and the ratios to zero-shot and to the label noise
-floor of those records (targets: <= 0.7x zero-shot, <= 1.5x the noise floor).
+floor of those records (targets: <= 0.7x zero-shot, <= 1.5x the noise floor). After each
+calibrated model, the simplest calibration for comparison: the base model's predictions times
+one factor (median measured / predicted over what that calibration measured).
 """
 
 from __future__ import annotations
@@ -46,18 +48,45 @@ def main() -> int:
     print(f"{'model':<32} {'MAPE':>7} {'median APE':>10} {'within 10%':>10} {'/zero-shot':>10} "
           f"{'/noise':>7}")
     zero_shot = None
+
+    def row(name, y, y_hat):
+        nonlocal zero_shot
+        s = summary(y, y_hat, tasks)
+        zero_shot = zero_shot or s["mape"]
+        print(f"{name[-32:]:<32} {100 * s['mape']:6.1f}% {100 * s['median_ape']:9.1f}% "
+              f"{100 * s['within_10']:9.1f}% {s['mape'] / zero_shot:10.2f} "
+              f"{s['mape'] / noise:7.1f}", flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
-        for model in [args.base] + args.model:
-            result = predict_databases(load_estimator(model), [args.db], store=Path(tmp))
-            by_index = {p.record_index: p for p in result.predictions}
-            y = np.array([by_index[i].measured_latency_s for i in keep])
-            y_hat = np.array([by_index[i].predicted_latency_s for i in keep])
-            s = summary(y, y_hat, tasks)
-            zero_shot = zero_shot or s["mape"]
-            print(f"{model[-32:]:<32} {100 * s['mape']:6.1f}% {100 * s['median_ape']:9.1f}% "
-                  f"{100 * s['within_10']:9.1f}% {s['mape'] / zero_shot:10.2f} "
-                  f"{s['mape'] / noise:7.1f}", flush=True)
+        base = load_estimator(args.base)
+
+        def predict(model, db):
+            result = predict_databases(model, [db], store=Path(tmp))
+            return {p.record_index: p for p in result.predictions}
+
+        by_index = predict(base, args.db)
+        y = np.array([by_index[i].measured_latency_s for i in keep])
+        base_hat = np.array([by_index[i].predicted_latency_s for i in keep])
+        row(args.base, y, base_hat)
+        for model in args.model:
+            by_index = predict(load_estimator(model), args.db)
+            row(model, y, np.array([by_index[i].predicted_latency_s for i in keep]))
+            factor = rescale_factor(base, read_meta(model)["trained_on"].get("data"), predict)
+            if factor is not None:
+                row(f"{args.base} x {factor:.3f} (its data)", y, base_hat * factor)
     return 0
+
+
+def rescale_factor(base, data, predict) -> float | None:
+    """The simplest calibration, for comparison: one factor for every prediction of the base
+    model, the median measured / predicted over what the calibration run measured (its data
+    directory, `trained_on["data"]`). None when that directory is not here."""
+    if not data or not Path(data, "database_tuning_record.json").exists():
+        print(f"(no rescale row: {data} is not here)", file=sys.stderr)
+        return None
+    ratios = [p.measured_latency_s / p.predicted_latency_s for p in predict(base, data).values()
+              if p.measured_latency_s is not None and p.predicted_latency_s > 0]
+    return float(np.median(ratios)) if ratios else None
 
 
 if __name__ == "__main__":

@@ -290,6 +290,12 @@ def claim_directory(directory, device: Device) -> Device:
     return stored
 
 
+def short_name(device: Device) -> str:
+    """One line: CPU, code target and threads, e.g. "AMD EPYC, znver5, 2 threads"."""
+    mcpu = device.target.get("mcpu", "generic")
+    return f"{device.cpu_model}, {mcpu}, {device.threads} thread{'s' * (device.threads != 1)}"
+
+
 def describe(device: Device) -> str:
     mib = lambda n: f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 2**10:g} KiB"  # noqa: E731
     return "\n".join([

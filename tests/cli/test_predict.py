@@ -151,3 +151,26 @@ def test_each_database_is_read_once(trained, fixture_dbs, tmp_path, monkeypatch)
                                        workers=1)
     assert sorted(loads) == sorted(dbs)
     assert len(result.predictions) == len(hashes) == len(set(hashes)) > 0
+
+
+def test_a_model_of_another_device_is_noted(trained, fixture_dbs, tmp_path, capsys):
+    from cdmpp.device import local_device, save_device, short_name
+    from cdmpp.model.registry import load_estimator, save_estimator
+
+    model, store = trained
+    device = local_device(threads=1)
+    for db in fixture_dbs:
+        save_device(db, device)
+    dbs = [str(db) for db in fixture_dbs]
+    other = save_estimator(load_estimator(model), tmp_path / "other",
+                           trained_on={"device_id": "0123456789abcdef"})
+    code, _, err = _predict(other, dbs, tmp_path / "a.csv", store, capsys)
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1  # one per device, not per database
+    assert "0123456789abcdef" in notes[0] and device.device_id in notes[0]
+    assert short_name(device) in notes[0]
+    same = save_estimator(load_estimator(model), tmp_path / "same",
+                          trained_on={"device_id": device.device_id})
+    code, _, err = _predict(same, dbs, tmp_path / "b.csv", store, capsys)
+    assert code == 0 and "note:" not in err

@@ -96,6 +96,7 @@ def cli_env(monkeypatch, tmp_path, device):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(registry, "load_estimator", lambda spec: StubEstimator())
+    monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
     cal = overhead.OverheadCalibration(device.device_id, device.threads,
                                        CallOverhead(1e-6, 1e-7, 1e-6), overhead.METHOD_VERSION,
                                        "2026-01-01T00:00:00+00:00", (1, 2), (1e-6, 2e-6),
@@ -111,8 +112,11 @@ def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
     rc = main(["e2e", "--network", "tiny_mlp", "--batch", "2", "--model", "stub", "--measure",
                "--json", str(out), "--plot", str(png)])
     assert rc == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "predicted" in text and "measured" in text and "error" in text
+    # the stub "was fitted" for another device: e2e says so
+    assert "fitted for device 0123456789abcdef" in captured.err
     d = json.loads(out.read_text())
     assert set(JSON_KEYS) <= set(d)
     assert d["network"] == "tiny_mlp" and d["batch"] == 2 and d["measured_s"] > 0

@@ -86,3 +86,22 @@ def test_shipped_names(xgb_model, tmp_path, monkeypatch):
     save_estimator(model, tmp_path / "shipped" / "xgb")
     np.testing.assert_array_equal(load_estimator("xgb").predict(programs),
                                   model.predict(programs))
+
+
+def test_device_mismatch_names_both_devices(xgb_model, tmp_path):
+    model, _ = xgb_model
+    fitted = save_estimator(model, tmp_path / "one", trained_on={"device_id": "aaaa"})
+    assert registry.fitted_device_id(fitted) == "aaaa"
+    assert registry.device_mismatch(fitted, "aaaa") is None
+    note = registry.device_mismatch(fitted, "bbbb", "AMD EPYC, znver5, 2 threads")
+    assert "aaaa" in note and "bbbb (AMD EPYC, znver5, 2 threads)" in note
+    assert "cdmpp calibrate" in note
+    # a model of several devices (or of unknown ones) has nothing to compare
+    several = save_estimator(model, tmp_path / "several", trained_on={"data": ["x", "y"]})
+    assert registry.fitted_device_id(several) is None
+    assert registry.device_mismatch(several, "bbbb") is None
+
+
+def test_shipped_models_know_their_device():
+    device_id = registry.fitted_device_id("default")
+    assert device_id and registry.device_mismatch("default", device_id) is None

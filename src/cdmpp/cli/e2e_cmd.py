@@ -47,13 +47,13 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
-    from cdmpp.model.registry import load_estimator
+    from cdmpp.model.registry import device_mismatch, load_estimator
 
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
     model = load_estimator(args.model)  # first: a missing model fails before TVM work
 
-    from cdmpp.device import local_device
+    from cdmpp.device import local_device, short_name
     from cdmpp.e2e.kernels import lower_network
     from cdmpp.e2e.networks import import_network, import_onnx
     from cdmpp.e2e.predict import predict_network
@@ -62,6 +62,9 @@ def run(args) -> int:
 
     device = local_device(threads=args.threads)
     set_threads(device.threads)
+    note = device_mismatch(args.model, device.device_id, short_name(device))
+    if note:
+        _log(note)
     start = time.perf_counter()
     if args.onnx:
         name, batch = Path(args.onnx).stem, None

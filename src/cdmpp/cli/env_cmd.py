@@ -43,4 +43,19 @@ def run(args) -> int:
         print(f"{name:>14}: {version}")
     print()
     print(describe(device))
+    print(shipped_model_line(device.device_id))
     return 0
+
+
+def shipped_model_line(device_id: str) -> str:
+    """Whether the shipped default model was fitted for this device."""
+    from cdmpp.model.registry import fitted_device_id
+
+    try:
+        fitted = fitted_device_id("default")
+    except (FileNotFoundError, ValueError) as e:
+        return f"model      no shipped default ({e})"
+    if fitted == device_id:
+        return "model      the shipped default was fitted for this device"
+    return (f"model      the shipped default was fitted for device {fitted}, not this one: its "
+            "predictions are that device's latencies (`cdmpp calibrate` fits it here)")

@@ -38,6 +38,8 @@ def run(args) -> int:
 
     model = load_estimator(args.model)  # first: a bad --model fails before any extraction
     dbs = args.db or sample_databases()
+    for note in device_notes(args.model, dbs):
+        print(note, file=sys.stderr)
     result = predict_databases(model, dbs, store=args.store, workers=args.workers,
                                progress=not args.no_progress and sys.stderr.isatty())
     for skipped in result.skipped:
@@ -48,3 +50,18 @@ def run(args) -> int:
     print(result.summary())
     print(f"wrote {path}")
     return 0
+
+
+def device_notes(model, dbs) -> list[str]:
+    """A warning per device of `dbs` (their device.json) that `model` was not fitted for."""
+    from cdmpp.device import load_device, short_name
+    from cdmpp.model.registry import device_mismatch
+    from cdmpp.predict import resolve_databases
+
+    devices = {}
+    for _, path in resolve_databases(dbs):
+        device = load_device(path)
+        if device is not None:
+            devices.setdefault(device.device_id, device)
+    notes = (device_mismatch(model, d.device_id, short_name(d)) for d in devices.values())
+    return [n for n in notes if n]

@@ -181,3 +181,23 @@ def load_estimator(spec: str | Path, *, check_features: bool = True):
         raise FileNotFoundError(f"{path} has {META_FILE} but no {MODEL_NAME} "
                                 "(the model's own files): the directory is incomplete")
     return estimator_class(meta["kind"]).load(model_path)
+
+
+def fitted_device_id(spec: str | Path) -> str | None:
+    """The device a model was fitted for (its `trained_on["device_id"]`: the one device of its
+    training data, or the device `cdmpp calibrate` fitted it to); None when unknown."""
+    device_id = (read_meta(spec).get("trained_on") or {}).get("device_id")
+    return str(device_id) if device_id else None
+
+
+def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> str | None:
+    """A one-line warning when `spec` was fitted for another device than `device_id`, else
+    None. Such a model predicts for the device it knows, not this one: ResNet-18 untuned,
+    predicted 1,805 ms for the Zen 4 VM it was trained on, ran in 1,574 ms on a Zen 5 VM."""
+    fitted = fitted_device_id(spec)
+    if fitted is None or fitted == device_id:
+        return None
+    about = f" ({device_name})" if device_name else ""
+    return (f"note: model {spec} was fitted for device {fitted}, not {device_id}{about}: "
+            "its latencies are those of its own device. `cdmpp calibrate --out DIR` fits it "
+            "to this one (docs/cross_device.md)")
