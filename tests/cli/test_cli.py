@@ -33,17 +33,19 @@ def test_env_prints_versions_and_device(capsys):
     assert main(["env"]) == 0
     out = capsys.readouterr().out
     assert "apache-tvm" in out and "torch" in out and "device" in out
-    assert "model      the shipped default was fitted for" in out
+    assert "\nmodel      " in out
 
 
 def test_env_says_whether_the_shipped_model_is_for_this_device():
     from cdmpp.cli.env_cmd import shipped_model_line
     from cdmpp.model.registry import fitted_device_id
 
-    fitted = fitted_device_id("default")
-    assert shipped_model_line(fitted).endswith("fitted for this device")
+    for name in ("default", "zen5"):
+        line = shipped_model_line(fitted_device_id(name))
+        assert line.startswith(f"model      {name}:") and line.endswith("fitted for this device")
     other = shipped_model_line("0123456789abcdef")
-    assert fitted in other and "cdmpp calibrate" in other
+    assert other.startswith("model      default,") and "cdmpp calibrate" in other
+    assert fitted_device_id("default") in other
 
 
 def test_db_reports_bad_lines(dense_db, capsys):

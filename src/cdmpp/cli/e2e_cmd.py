@@ -24,10 +24,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--tuning-db", metavar="DIR", default=None,
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
-    p.add_argument("--model", default="default", metavar="MODEL",
-                   help="default (the shipped cdmpp model), xgb, ensemble (geometric mean of cdmpp "
-                        "and XGBoost), or a directory written by save_estimator "
-                        "(default: %(default)s)")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (it, "
+                        "calibrated on a Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
+                        "XGBoost), or a directory written by save_estimator (default: the "
+                        "shipped cdmpp model fitted for this machine's device, else default)")
     p.add_argument("--measure", action="store_true",
                    help="also time the network with TVM's VM and each kernel on its own")
     p.add_argument("--json", metavar="OUT", default=None, help="write the result as JSON")
@@ -47,11 +48,13 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
-    from cdmpp.model.registry import device_mismatch, load_estimator
+    from cdmpp.model.registry import device_mismatch, for_device, load_estimator
 
     if args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
-    model = load_estimator(args.model)  # first: a missing model fails before TVM work
+    spec = args.model
+    if spec is not None:
+        model = load_estimator(spec)  # first: a missing model fails before TVM work
 
     from cdmpp.device import local_device, short_name
     from cdmpp.e2e.kernels import lower_network
@@ -62,7 +65,11 @@ def run(args) -> int:
 
     device = local_device(threads=args.threads)
     set_threads(device.threads)
-    note = device_mismatch(args.model, device.device_id, short_name(device))
+    if spec is None:
+        spec = for_device(device.device_id)
+        model = load_estimator(spec)
+        _log(f"model: {spec} (shipped)")
+    note = device_mismatch(spec, device.device_id, short_name(device))
     if note:
         _log(note)
     start = time.perf_counter()

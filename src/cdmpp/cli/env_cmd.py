@@ -48,14 +48,15 @@ def run(args) -> int:
 
 
 def shipped_model_line(device_id: str) -> str:
-    """Whether the shipped default model was fitted for this device."""
-    from cdmpp.model.registry import fitted_device_id
+    """Which shipped model `predict` and `e2e` use here, and whether it was fitted here."""
+    from cdmpp.model.registry import fitted_device_id, for_device
 
     try:
-        fitted = fitted_device_id("default")
+        name = for_device(device_id)
+        fitted = fitted_device_id(name)
     except (FileNotFoundError, ValueError) as e:
-        return f"model      no shipped default ({e})"
+        return f"model      no shipped model ({e})"
     if fitted == device_id:
-        return "model      the shipped default was fitted for this device"
-    return (f"model      the shipped default was fitted for device {fitted}, not this one: its "
-            "predictions are that device's latencies (`cdmpp calibrate` fits it here)")
+        return f"model      {name}: the shipped model fitted for this device"
+    return (f"model      {name}, fitted for device {fitted}, not this one: its predictions are "
+            "that device's latencies (`cdmpp calibrate` fits it here)")

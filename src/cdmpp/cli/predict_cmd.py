@@ -13,10 +13,11 @@ def add_parser(subparsers) -> None:
                     "record: db,record_index,workload_hash,predicted_latency_s,"
                     "measured_latency_s. Lines that are not records, or whose features cannot "
                     "be extracted, are reported on stderr and skipped.")
-    p.add_argument("--model", default="default", metavar="MODEL",
-                   help="default (the shipped cdmpp model), xgb, ensemble (geometric mean of cdmpp "
-                        "and XGBoost), or a directory written by save_estimator "
-                        "(default: %(default)s)")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (it, "
+                        "calibrated on a Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
+                        "XGBoost), or a directory written by save_estimator (default: the "
+                        "shipped cdmpp model fitted for the databases' one device, else default)")
     p.add_argument("--db", action="append", default=None, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable; default: the "
                         "shipped sample data, held out from the shipped models' training)")
@@ -36,9 +37,13 @@ def run(args) -> int:
     from cdmpp.model.registry import load_estimator
     from cdmpp.predict import predict_databases, sample_databases, write_predictions_csv
 
-    model = load_estimator(args.model)  # first: a bad --model fails before any extraction
     dbs = args.db or sample_databases()
-    for note in device_notes(args.model, dbs):
+    spec = args.model
+    if spec is None:
+        spec = model_for(dbs)
+        print(f"model: {spec} (shipped)", file=sys.stderr)
+    model = load_estimator(spec)  # before any extraction: a bad --model fails fast
+    for note in device_notes(spec, dbs):
         print(note, file=sys.stderr)
     result = predict_databases(model, dbs, store=args.store, workers=args.workers,
                                progress=not args.no_progress and sys.stderr.isatty())
@@ -52,10 +57,9 @@ def run(args) -> int:
     return 0
 
 
-def device_notes(model, dbs) -> list[str]:
-    """A warning per device of `dbs` (their device.json) that `model` was not fitted for."""
-    from cdmpp.device import load_device, short_name
-    from cdmpp.model.registry import device_mismatch
+def _devices(dbs) -> dict:
+    """device id -> Device of every database under `dbs` that has a device.json."""
+    from cdmpp.device import load_device
     from cdmpp.predict import resolve_databases
 
     devices = {}
@@ -63,5 +67,21 @@ def device_notes(model, dbs) -> list[str]:
         device = load_device(path)
         if device is not None:
             devices.setdefault(device.device_id, device)
-    notes = (device_mismatch(model, d.device_id, short_name(d)) for d in devices.values())
+    return devices
+
+
+def model_for(dbs) -> str:
+    """The shipped model for the databases' device when they share one, else "default"."""
+    from cdmpp.model.registry import for_device
+
+    devices = _devices(dbs)
+    return for_device(next(iter(devices))) if len(devices) == 1 else "default"
+
+
+def device_notes(model, dbs) -> list[str]:
+    """A warning per device of `dbs` (their device.json) that `model` was not fitted for."""
+    from cdmpp.device import short_name
+    from cdmpp.model.registry import device_mismatch
+
+    notes = (device_mismatch(model, d.device_id, short_name(d)) for d in _devices(dbs).values())
     return [n for n in notes if n]

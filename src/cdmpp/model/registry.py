@@ -36,7 +36,12 @@ KINDS = {
     "ensemble": ("cdmpp.model.ensemble", "EnsembleRegressor"),
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
-SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp", "ensemble": "ensemble"}
+SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp", "ensemble": "ensemble",
+           "zen5": "zen5"}
+# the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
+# (trained on the Zen 4 VM's data) and "zen5" (that model calibrated on a Zen 5 VM in 10
+# minutes by `cdmpp calibrate`, docs/cross_device.md)
+DEVICE_MODELS = ("default", "zen5")
 
 
 def estimator_class(kind: str):
@@ -201,3 +206,15 @@ def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> 
     return (f"note: model {spec} was fitted for device {fitted}, not {device_id}{about}: "
             "its latencies are those of its own device. `cdmpp calibrate --out DIR` fits it "
             "to this one (docs/cross_device.md)")
+
+
+def for_device(device_id: str) -> str:
+    """The name of the shipped cdmpp model fitted for `device_id` ("zen5" on the Zen 5 VM),
+    else "default": what `predict` and `e2e` use when no --model is given."""
+    for name in DEVICE_MODELS:
+        try:
+            if fitted_device_id(name) == device_id:
+                return name
+        except FileNotFoundError:  # a name not shipped in this build
+            continue
+    return "default"
