@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (it, "
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (default "
                         "calibrated on a Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
                         "XGBoost), or a directory written by save_estimator (default: the "
                         "shipped cdmpp model fitted for this machine's device, else default)")

@@ -14,7 +14,7 @@ def add_parser(subparsers) -> None:
                     "measured_latency_s. Lines that are not records, or whose features cannot "
                     "be extracted, are reported on stderr and skipped.")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (it, "
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (default "
                         "calibrated on a Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
                         "XGBoost), or a directory written by save_estimator (default: the "
                         "shipped cdmpp model fitted for the databases' one device, else default)")
