@@ -177,17 +177,17 @@ def test_a_model_of_another_device_is_noted(trained, fixture_dbs, tmp_path, caps
 
 
 def test_without_model_the_databases_device_chooses_it(fixture_dbs, monkeypatch):
-    from cdmpp.cli.predict_cmd import model_for
+    from cdmpp.cli.predict_cmd import database_devices, model_for
     from cdmpp.device import local_device, save_device
     from cdmpp.model import registry
 
     asked = []
     monkeypatch.setattr(registry, "for_device", lambda d: asked.append(d) or "zen5")
     dbs = [str(db) for db in fixture_dbs]
-    assert model_for(dbs) == "default" and not asked  # no device.json: nothing to go by
+    assert model_for(database_devices(dbs)) == "default" and not asked  # no device.json
     one = local_device(threads=1)
     for db in fixture_dbs:
         save_device(db, one)
-    assert model_for(dbs) == "zen5" and asked == [one.device_id]
+    assert model_for(database_devices(dbs)) == "zen5" and asked == [one.device_id]
     save_device(fixture_dbs[0], local_device(threads=2))  # two devices: no single choice
-    assert model_for(dbs) == "default" and len(asked) == 1
+    assert model_for(database_devices(dbs)) == "default" and len(asked) == 1

@@ -38,12 +38,13 @@ def run(args) -> int:
     from cdmpp.predict import predict_databases, sample_databases, write_predictions_csv
 
     dbs = args.db or sample_databases()
+    devices = database_devices(dbs)
     spec = args.model
     if spec is None:
-        spec = model_for(dbs)
+        spec = model_for(devices)
         print(f"model: {spec} (shipped)", file=sys.stderr)
     model = load_estimator(spec)  # before any extraction: a bad --model fails fast
-    for note in device_notes(spec, dbs):
+    for note in device_notes(spec, devices):
         print(note, file=sys.stderr)
     result = predict_databases(model, dbs, store=args.store, workers=args.workers,
                                progress=not args.no_progress and sys.stderr.isatty())
@@ -57,7 +58,7 @@ def run(args) -> int:
     return 0
 
 
-def _devices(dbs) -> dict:
+def database_devices(dbs) -> dict:
     """device id -> Device of every database under `dbs` that has a device.json."""
     from cdmpp.device import load_device
     from cdmpp.predict import resolve_databases
@@ -70,18 +71,19 @@ def _devices(dbs) -> dict:
     return devices
 
 
-def model_for(dbs) -> str:
-    """The shipped model for the databases' device when they share one, else "default"."""
+def model_for(devices: dict) -> str:
+    """The shipped model for the databases' device (`database_devices`) when they share one,
+    else "default"."""
     from cdmpp.model.registry import for_device
 
-    devices = _devices(dbs)
     return for_device(next(iter(devices))) if len(devices) == 1 else "default"
 
 
-def device_notes(model, dbs) -> list[str]:
-    """A warning per device of `dbs` (their device.json) that `model` was not fitted for."""
+def device_notes(model, devices: dict) -> list[str]:
+    """A warning per device of the databases (`database_devices`) that `model` was not
+    fitted for."""
     from cdmpp.device import short_name
     from cdmpp.model.registry import device_mismatch
 
-    notes = (device_mismatch(model, d.device_id, short_name(d)) for d in _devices(dbs).values())
+    notes = (device_mismatch(model, d.device_id, short_name(d)) for d in devices.values())
     return [n for n in notes if n]
