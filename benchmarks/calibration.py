@@ -36,8 +36,9 @@ def main() -> int:
 
     records = {r.record_index: r for r in load_database(args.db).records}
     measured_tasks = set()
-    for model in args.model:
-        measured_tasks |= set(read_meta(model)["trained_on"].get("tasks", []))
+    for model in args.model:  # what it measured, and what it took from `calibrate --data`
+        trained_on = read_meta(model)["trained_on"]
+        measured_tasks |= set(trained_on.get("tasks", [])) | set(trained_on.get("extra_tasks", []))
     keep = [i for i, r in records.items() if r.meta.get("task") not in measured_tasks]
     if not keep:
         raise SystemExit(f"every task of {args.db} was measured by a calibration run")

@@ -63,6 +63,51 @@ def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model
         [(16, i) for i in range(len(members))]
 
 
+def test_tasks_0_fine_tunes_on_data_of_this_device_and_refuses_another_device(
+        base_model, fixture_dbs, tmp_path):
+    """--data: collections measured here (e.g. a network's kernels) join the fine-tuning set;
+    with --tasks 0 nothing new is measured; a collection of another device is refused."""
+    from conftest import SOFTMAX_SMALL
+
+    from cdmpp.model.registry import load_estimator, read_meta
+
+    first = CalibrateConfig(out=str(tmp_path / "first"), model=str(base_model), tasks=1,
+                            programs_per_task=1, epochs=1)
+    measured = calibrate(first, tasks=[SOFTMAX_SMALL], log=lambda m: None, progress=False)
+    assert measured["records"] == 2 and measured["extra_records"] == 0
+
+    out = tmp_path / "from-data"
+    config = CalibrateConfig(out=str(out), model=str(base_model), tasks=0, epochs=1,
+                             data=(str(first.data_dir),))
+    info = calibrate(config, tasks=[SOFTMAX_SMALL], log=lambda m: None, progress=False)
+    assert info["tasks"] == [] and info["records"] == info["extra_records"] == 2
+    assert info["extra_tasks"] == [SOFTMAX_SMALL.name]
+    assert read_meta(out)["trained_on"]["extra_data"] == [str(first.data_dir)]
+    # nothing was measured for it: its own data directory holds only the device
+    assert not (config.data_dir / "database_tuning_record.json").exists()
+    before = load_estimator(base_model).predict(
+        measured_programs_of(first.data_dir).programs)
+    after = load_estimator(out).predict(measured_programs_of(first.data_dir).programs)
+    assert not np.allclose(before, after)  # it was fine-tuned on them
+
+    other = fixture_dbs[0]  # real measurements, said to be of another device
+    (other / "device.json").write_text(json.dumps({"device_id": "another-cpu"}))
+    with pytest.raises(ValueError, match=f"{other} was measured on device another-cpu, not "
+                                         "on this one"):
+        calibrate(CalibrateConfig(out=str(tmp_path / "bad"), model=str(base_model), tasks=0,
+                                  data=(str(other),)), tasks=[SOFTMAX_SMALL], log=lambda m: None,
+                  progress=False)
+    with pytest.raises(ValueError, match="--tasks 0 measures nothing"):
+        calibrate(CalibrateConfig(out=str(tmp_path / "none"), model=str(base_model), tasks=0))
+
+
+def measured_programs_of(data_dir):
+    from cdmpp.calibrate import measured_programs
+
+    tasks = [v["name"] for v in json.loads((data_dir / "tasks.json").read_text()).values()]
+    return measured_programs(data_dir, tasks)
+
+
 def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path):
     assert tasks_for_budget(10, 8) > tasks_for_budget(2, 8) >= 1
     with pytest.raises(ValueError, match="--tasks"):

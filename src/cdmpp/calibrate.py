@@ -9,8 +9,10 @@
    many programs a task has, and how fast they time, is only known by measuring.
 2. Measure sampled programs of those tasks here with the collector (resumable, within the
    time budget), into `<out>.data/` (a TVM JSON database with its device.json).
-3. Fine-tune the base model on them, optionally with domain adaptation towards the default
-   programs of every catalog task on this device, and save it: `cdmpp predict --model OUT`.
+3. Fine-tune the base model on them (and on `data`: collections already measured on this
+   device, e.g. `cdmpp collect --kernels-of` of the networks to predict), optionally with
+   domain adaptation towards the default programs of every catalog task on this device, and
+   save it: `cdmpp predict --model OUT`. With `tasks=0` nothing new is measured.
 
 A model with a device encoder remembers the device it was calibrated for
 (`CDMPPRegressor.device_vector_`), so predicting without device vectors means "this device".
@@ -41,7 +43,7 @@ class CalibrateConfig:
     out: str
     model: str = "default"
     budget_minutes: float | None = None  # total time; with `tasks` unset it also sizes k
-    tasks: int | None = None  # k: how many tasks to measure
+    tasks: int | None = None  # k: how many tasks to measure (0: none, fine-tune on `data`)
     programs_per_task: int = 8
     selection: str = "kmeans"  # or "random"
     adapt: str | None = None  # "cmd" | "mmd": align to every catalog task's default program
@@ -52,6 +54,8 @@ class CalibrateConfig:
     ops: tuple | None = None  # restrict candidate tasks (names or operator families)
     networks: tuple | None = None
     seed: int = 0
+    # collections measured on this device (same device id) to fine-tune on as well
+    data: tuple = ()
 
     @property
     def data_dir(self) -> Path:
@@ -135,14 +139,16 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
     from cdmpp.device import device_vector
-    from cdmpp.measure.collect import CollectConfig, claim_measured_device, collect
+    from cdmpp.measure.collect import claim_measured_device
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.programs.catalog import select
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     start = time.monotonic()
-    if config.tasks is None and config.budget_minutes is None:
-        raise ValueError("give --tasks K or --budget-minutes M (or both)")
+    if config.tasks is None and config.budget_minutes is None and not config.data:
+        raise ValueError("give --tasks K or --budget-minutes M (or both), or --data DIR")
+    if config.tasks == 0 and not config.data:
+        raise ValueError("--tasks 0 measures nothing: give --data DIR to fine-tune on")
     base = load_estimator(config.model)
     members = cdmpp_members(base, config.model)
     first = members[0]
@@ -157,16 +163,48 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     else:
         vector = None
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
+    measure = config.tasks != 0 and (config.tasks, config.budget_minutes) != (None, None)
+    everything = None  # every candidate's default program: to choose from, and to adapt to
+    if measure or config.adapt:
+        log(f"embedding {len(candidates)} tasks with {config.model}")
+        everything = default_programs(candidates, device.target).with_device(vector)
+    chosen = _measure(config, candidates, everything, first, device, start, log,
+                      progress) if measure else []
+    train, n_extra = _training_programs(config.data_dir, chosen, config.data, device.device_id)
+    tasks_of_rows = list(train.programs.task or ())
+    measured = [t for t in chosen if t in set(tasks_of_rows[:len(tasks_of_rows) - n_extra])]
+    if len(train.latency_s) < 2:
+        raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
+                           f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
+                           (": raise the budget" if measure else ""))
+    fine_tune_members(members, train.programs.with_device(vector), train.latency_s, config,
+                      vector, unlabeled=everything if config.adapt else None, log=log,
+                      progress=progress)
+    info = {"base_model": str(config.model), "device_id": device.device_id,
+            "selection": config.selection if measure else None, "tasks": measured,
+            "records": int(len(train.latency_s)), "data": str(config.data_dir),
+            "extra_data": [str(d) for d in config.data],
+            "extra_records": n_extra,
+            "extra_tasks": sorted(set(tasks_of_rows[len(tasks_of_rows) - n_extra:])),
+            "adapt": config.adapt, "minutes": round((time.monotonic() - start) / 60.0, 2)}
+    save_estimator(base, config.out, trained_on=info)
+    log(f"saved {config.out}: fine-tuned on {info['records']} programs ({len(measured)} tasks "
+        f"measured now, {n_extra} programs from --data) in {info['minutes']} min")
+    return info
+
+
+def _measure(config: CalibrateConfig, candidates, everything, embedder, device, start, log,
+             progress) -> list[str]:
+    """Choose the tasks and measure them into `config.data_dir`; the chosen names, in order."""
+    from cdmpp.measure.collect import CollectConfig, collect
+
     fits = (None if config.budget_minutes is None else
             tasks_for_budget(config.budget_minutes, config.programs_per_task))
     k = min(config.tasks or OVERBOOK * fits, len(candidates))
-    log(f"embedding {len(candidates)} tasks with {config.model}")
-    everything = default_programs(candidates, device.target).with_device(vector)
-    chosen = choose_tasks(first, everything, k, config.selection, config.seed,
+    chosen = choose_tasks(embedder, everything, k, config.selection, config.seed,
                           round_size=None if config.tasks else fits)
     log(f"{config.selection} chose {k} tasks" + ("" if config.tasks else
         " (in order; measured until the budget is spent)") + f": {', '.join(chosen)}")
-
     budget = None
     if config.budget_minutes is not None:
         spent = (time.monotonic() - start) / 60.0
@@ -179,37 +217,46 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                       [by_name[n] for n in chosen], progress=progress,
                       command=f"cdmpp calibrate --out {config.out}")
     log(str(summary))
-
-    train = measured_programs(config.data_dir, chosen)
-    have = set(train.programs.task or ())
-    measured = [t for t in chosen if t in have]
-    if len(train.latency_s) < 2:
-        raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
-                           f"{config.data_dir}: raise the budget")
-    fine_tune_members(members, train.programs.with_device(vector), train.latency_s, config,
-                      vector, unlabeled=everything if config.adapt else None, log=log,
-                      progress=progress)
-    info = {"base_model": str(config.model), "device_id": device.device_id,
-            "selection": config.selection, "tasks": measured,
-            "records": int(len(train.latency_s)), "data": str(config.data_dir),
-            "adapt": config.adapt, "minutes": round((time.monotonic() - start) / 60.0, 2)}
-    save_estimator(base, config.out, trained_on=info)
-    log(f"saved {config.out}: fine-tuned on {info['records']} programs of {len(measured)} tasks "
-        f"in {info['minutes']} min")
-    return info
+    return chosen
 
 
-def measured_programs(data_dir: Path, tasks):
-    """Labeled programs of `tasks` from a collection directory (features extracted into
-    `<data_dir>/features`)."""
+def measured_programs(data_dir: Path, tasks, extra=(), device_id: str | None = None):
+    """Labeled programs of `tasks` from a collection directory, and every program of the
+    collections `extra` (features extracted into `<data_dir>/features`)."""
+    return _training_programs(data_dir, tasks, extra, device_id)[0]
+
+
+def _training_programs(data_dir: Path, tasks, extra=(), device_id: str | None = None):
+    """(`measured_programs`, how many of them come from `extra`: the last ones). Records of `extra` measured
+    on another device than `device_id` are an error naming the database: a calibration learns
+    this device's latencies only."""
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
 
+    from cdmpp.measure.database import RECORD_FILE
+
     store_dir = Path(data_dir) / "features"
-    build_store([data_dir], store_dir, progress=False)
+    own = [data_dir] if (Path(data_dir) / RECORD_FILE).exists() else []  # none: measured nothing
+    build_store([*own, *extra], store_dir, progress=False)
     store = FeatureStore(store_dir)
     samples = store.samples()
+    own_root, extra_roots = Path(data_dir).resolve(), [Path(d).resolve() for d in extra]
     wanted = set(tasks)
-    rows = [i for i, t in enumerate(samples.column("task").to_pylist()) if t in wanted]
-    return labeled(store, samples, rows)
+    own, others = [], []
+    latency = samples.column("latency_s").to_numpy()
+    for i, (db, task, device) in enumerate(zip(samples.column("db").to_pylist(),
+                                               samples.column("task").to_pylist(),
+                                               samples.column("device_id").to_pylist())):
+        path = Path(db).resolve()
+        if path == own_root:
+            if task in wanted and np.isfinite(latency[i]):
+                own.append(i)
+        elif any(path == r or r in path.parents for r in extra_roots):
+            if device_id is not None and device != device_id:
+                raise ValueError(f"{db} was measured on device {device}, not on this one "
+                                 f"({device_id}): calibrate fine-tunes on this device's "
+                                 f"measurements only")
+            if np.isfinite(latency[i]):
+                others.append(i)
+    return labeled(store, samples, own + others), len(others)

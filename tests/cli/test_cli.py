@@ -101,3 +101,14 @@ def test_db_counts_records_with_no_undisturbed_pass(dense_db, capsys):
     out = capsys.readouterr().out
     assert f"1 of {len(entries)} records with reference-kernel timings have no pass" in out
     assert "--remeasure-disturbed" in out
+
+
+def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, monkeypatch):
+    import cdmpp.calibrate
+
+    assert main(["calibrate", "--out", str(tmp_path / "m"), "--tasks", "0"]) == 2
+    assert "--tasks 0 measures nothing: give --data" in capsys.readouterr().err
+    seen = []
+    monkeypatch.setattr(cdmpp.calibrate, "calibrate", lambda config: seen.append(config) or {})
+    assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a", "--data", "b"]) == 0
+    assert seen[0].data == ("a", "b") and seen[0].tasks == 0

@@ -20,7 +20,8 @@ def add_parser(subparsers) -> None:
                    help="the model to start from (default: the shipped one)")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="M",
                    help="total time; without --tasks it also decides how many tasks fit")
-    p.add_argument("--tasks", type=int, default=None, metavar="K", help="tasks to measure")
+    p.add_argument("--tasks", type=int, default=None, metavar="K",
+                   help="tasks to measure (0: none, fine-tune on --data only)")
     p.add_argument("--selection", choices=("kmeans", "random"), default="kmeans")
     p.add_argument("--programs-per-task", type=int, default=8, metavar="N")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
@@ -32,6 +33,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ops", type=csv_list, default=None, help="candidate tasks or operator families")
     p.add_argument("--network", type=csv_list, default=None, help="candidate networks")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", action="append", default=[], metavar="DIR",
+                   help="also fine-tune on every program of this collection, measured on this "
+                        "device, e.g. `cdmpp collect --kernels-of NET` of the networks you "
+                        "will predict (repeatable)")
     p.set_defaults(run=run)
 
 
@@ -42,6 +47,7 @@ def run(args) -> int:
         out=args.out, model=args.model, budget_minutes=args.budget_minutes, tasks=args.tasks,
         programs_per_task=args.programs_per_task, selection=args.selection, adapt=args.adapt,
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
-        mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed))
+        mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
+        data=tuple(args.data)))
     print(json.dumps(info, indent=1))
     return 0
