@@ -172,7 +172,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                       progress) if measure else []
     train, n_extra = _training_programs(config.data_dir, chosen, config.data, device.device_id)
     tasks_of_rows = list(train.programs.task or ())
-    measured = [t for t in chosen if t in set(tasks_of_rows[:len(tasks_of_rows) - n_extra])]
+    n_own = len(tasks_of_rows) - n_extra
+    have = set(tasks_of_rows[:n_own])
+    measured = [t for t in chosen if t in have]
     if len(train.latency_s) < 2:
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
@@ -185,7 +187,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "records": int(len(train.latency_s)), "data": str(config.data_dir),
             "extra_data": [str(d) for d in config.data],
             "extra_records": n_extra,
-            "extra_tasks": sorted(set(tasks_of_rows[len(tasks_of_rows) - n_extra:])),
+            "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
             "adapt": config.adapt, "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(base, config.out, trained_on=info)
     log(f"saved {config.out}: fine-tuned on {info['records']} programs ({len(measured)} tasks "
@@ -227,18 +229,17 @@ def measured_programs(data_dir: Path, tasks, extra=(), device_id: str | None = N
 
 
 def _training_programs(data_dir: Path, tasks, extra=(), device_id: str | None = None):
-    """(`measured_programs`, how many of them come from `extra`: the last ones). Records of `extra` measured
-    on another device than `device_id` are an error naming the database: a calibration learns
-    this device's latencies only."""
+    """(`measured_programs`, how many of them come from `extra`: the last ones). Records of
+    `extra` measured on another device than `device_id` are an error naming the database: a
+    calibration learns this device's latencies only."""
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
-
     from cdmpp.measure.database import RECORD_FILE
 
     store_dir = Path(data_dir) / "features"
-    own = [data_dir] if (Path(data_dir) / RECORD_FILE).exists() else []  # none: measured nothing
-    build_store([*own, *extra], store_dir, progress=False)
+    has_own = (Path(data_dir) / RECORD_FILE).exists()  # not when nothing was measured
+    build_store([data_dir] * has_own + list(extra), store_dir, progress=False)
     store = FeatureStore(store_dir)
     samples = store.samples()
     own_root, extra_roots = Path(data_dir).resolve(), [Path(d).resolve() for d in extra]
