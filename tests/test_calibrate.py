@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -89,6 +90,16 @@ def test_tasks_0_fine_tunes_on_data_of_this_device_and_refuses_another_device(
         measured_programs_of(first.data_dir).programs)
     after = load_estimator(out).predict(measured_programs_of(first.data_dir).programs)
     assert not np.allclose(before, after)  # it was fine-tuned on them
+
+    # a database without device.json (as TVM's tuner writes them) is taken when its records'
+    # target is this machine's
+    tuner_db = tmp_path / "tuner-db"
+    shutil.copytree(first.data_dir, tuner_db, ignore=shutil.ignore_patterns("features"))
+    (tuner_db / "device.json").unlink()
+    info = calibrate(CalibrateConfig(out=str(tmp_path / "from-tuner"), model=str(base_model),
+                                     tasks=0, epochs=1, data=(str(tuner_db),)),
+                     tasks=[SOFTMAX_SMALL], log=lambda m: None, progress=False)
+    assert info["extra_records"] == 2
 
     other = fixture_dbs[0]  # real measurements, said to be of another device
     (other / "device.json").write_text(json.dumps({"device_id": "another-cpu"}))

@@ -139,6 +139,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
     from cdmpp.device import device_vector
+    from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.programs.catalog import select
@@ -170,7 +171,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         everything = default_programs(candidates, device.target).with_device(vector)
     chosen = _measure(config, candidates, everything, first, device, start, log,
                       progress) if measure else []
-    train, n_extra = _training_programs(config.data_dir, chosen, config.data, device.device_id)
+    # a database without device.json (TVM's own tuner) is taken when its target is this one's
+    this_device = (device.device_id, target_device_id(device.target))
+    train, n_extra = _training_programs(config.data_dir, chosen, config.data, this_device)
     tasks_of_rows = list(train.programs.task or ())
     n_own = len(tasks_of_rows) - n_extra
     have = set(tasks_of_rows[:n_own])
@@ -222,16 +225,16 @@ def _measure(config: CalibrateConfig, candidates, everything, embedder, device, 
     return chosen
 
 
-def measured_programs(data_dir: Path, tasks, extra=(), device_id: str | None = None):
+def measured_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     """Labeled programs of `tasks` from a collection directory, and every program of the
     collections `extra` (features extracted into `<data_dir>/features`)."""
-    return _training_programs(data_dir, tasks, extra, device_id)[0]
+    return _training_programs(data_dir, tasks, extra, device_ids)[0]
 
 
-def _training_programs(data_dir: Path, tasks, extra=(), device_id: str | None = None):
+def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     """(`measured_programs`, how many of them come from `extra`: the last ones). Records of
-    `extra` measured on another device than `device_id` are an error naming the database: a
-    calibration learns this device's latencies only."""
+    `extra` whose device is not in `device_ids` (this device's names; empty: any) are an error
+    naming the database: a calibration learns this device's latencies only."""
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
@@ -254,9 +257,9 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_id: str | None = 
             if task in wanted and np.isfinite(latency[i]):
                 own.append(i)
         elif any(path == r or r in path.parents for r in extra_roots):
-            if device_id is not None and device != device_id:
+            if device_ids and device not in device_ids:
                 raise ValueError(f"{db} was measured on device {device}, not on this one "
-                                 f"({device_id}): calibrate fine-tunes on this device's "
+                                 f"({device_ids[0]}): calibrate fine-tunes on this device's "
                                  f"measurements only")
             if np.isfinite(latency[i]):
                 others.append(i)

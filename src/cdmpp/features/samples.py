@@ -40,6 +40,12 @@ def device_id_of(db_path: str | Path, target: dict) -> str:
     device_file = Path(db_path) / "device.json"
     if device_file.exists():
         return json.loads(device_file.read_text())["device_id"]
+    return target_device_id(target)
+
+
+def target_device_id(target: dict) -> str:
+    """The device id of a record without a `device.json` (e.g. written by TVM's own tuner):
+    what its target says, "mcpu/num-cores"."""
     return f"{target.get('mcpu', '?')}/{target.get('num-cores', '?')}"
 
 
