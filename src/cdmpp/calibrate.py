@@ -242,25 +242,24 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
 
     store_dir = Path(data_dir) / "features"
     has_own = (Path(data_dir) / RECORD_FILE).exists()  # not when nothing was measured
-    build_store([data_dir] * has_own + list(extra), store_dir, progress=False)
+    sources = [data_dir] * has_own + list(extra)
+    build_store(sources, store_dir, progress=False)
     store = FeatureStore(store_dir)
-    samples = store.samples()
-    own_root, extra_roots = Path(data_dir).resolve(), [Path(d).resolve() for d in extra]
-    wanted = set(tasks)
+    samples = store.samples(databases=sources)  # not what earlier calls added to the store
+    own_root, wanted = Path(data_dir).resolve(), set(tasks)
     own, others = [], []
     latency = samples.column("latency_s").to_numpy()
     for i, (db, task, device) in enumerate(zip(samples.column("db").to_pylist(),
                                                samples.column("task").to_pylist(),
                                                samples.column("device_id").to_pylist())):
-        path = Path(db).resolve()
-        if path == own_root:
+        if Path(db).resolve() == own_root:
             if task in wanted and np.isfinite(latency[i]):
                 own.append(i)
-        elif any(path == r or r in path.parents for r in extra_roots):
-            if device_ids and device not in device_ids:
-                raise ValueError(f"{db} was measured on device {device}, not on this one "
-                                 f"({device_ids[0]}): calibrate fine-tunes on this device's "
-                                 f"measurements only")
-            if np.isfinite(latency[i]):
-                others.append(i)
+            continue
+        if device_ids and device not in device_ids:
+            raise ValueError(f"{db} was measured on device {device}, not on this one "
+                             f"({device_ids[0]}): calibrate fine-tunes on this device's "
+                             f"measurements only")
+        if np.isfinite(latency[i]):
+            others.append(i)
     return labeled(store, samples, own + others), len(others)
