@@ -83,7 +83,8 @@ def rescale_factor(base, data, predict) -> float | None:
     model, the median measured / predicted over what the calibration run measured (its data
     directory, `trained_on["data"]`). None when that directory is not here."""
     if not data or not Path(data, "database_tuning_record.json").exists():
-        print(f"(no rescale row: {data} is not here)", file=sys.stderr)
+        why = f"{data} is not here" if data else "the model measured nothing itself"
+        print(f"(no rescale row: {why})", file=sys.stderr)
         return None
     ratios = [p.measured_latency_s / p.predicted_latency_s for p in predict(base, data).values()
               if p.measured_latency_s is not None and p.predicted_latency_s > 0]

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cdmpp.calibrate import CalibrateConfig, calibrate, tasks_for_budget
+from cdmpp.calibrate import FINE_TUNES, CalibrateConfig, calibrate, tasks_for_budget
 from cdmpp.model.ensemble import EnsembleRegressor
 
 
@@ -56,12 +56,27 @@ def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model
 
     data = measured_programs(config.data_dir, info["tasks"])
     assert np.all(np.isfinite(model.predict(data.programs)))
-    # every member of an ensemble was fine-tuned (the fine-tuning settings, a seed each)
+    # every member of the base was fine-tuned FINE_TUNES times (the fine-tuning settings, a
+    # seed each), and all are kept, averaged
     base = load_estimator(base_model)
-    members = model.members_ if isinstance(base, EnsembleRegressor) else [model]
-    assert type(model) is type(base)
-    assert [(m.train_config_.batch_size, m.train_config_.seed) for m in members] == \
-        [(16, i) for i in range(len(members))]
+    n_base = len(base.members_) if isinstance(base, EnsembleRegressor) else 1
+    assert info["fine_tunes"] == FINE_TUNES == 3
+    assert isinstance(model, EnsembleRegressor) and len(model.members_) == 3 * n_base
+    assert [(m.train_config_.batch_size, m.train_config_.seed) for m in model.members_] == \
+        [(16, i) for i in range(3 * n_base)]
+    assert np.allclose(model.weights_, 1 / (3 * n_base))
+
+    # one fine-tuning each gives the base's own shape back; none is refused
+    one = CalibrateConfig(out=str(tmp_path / "one"), model=str(base_model), tasks=0, epochs=1,
+                          data=(str(config.data_dir),), fine_tunes=1)
+    calibrate(one, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None, progress=False)
+    once = load_estimator(tmp_path / "one")
+    assert type(once) is type(base)
+    assert len(once.members_ if isinstance(once, EnsembleRegressor) else [once]) == n_base
+    with pytest.raises(ValueError, match="fine_tunes must be at least 1"):
+        calibrate(CalibrateConfig(out=str(tmp_path / "none"), model=str(base_model), tasks=0,
+                                  data=(str(config.data_dir),), fine_tunes=0),
+                  tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None, progress=False)
 
 
 def test_tasks_0_fine_tunes_on_data_of_this_device_and_refuses_another_device(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from cdmpp.calibrate import FINE_TUNES
 from cdmpp.cli import csv_list
 
 
@@ -33,6 +34,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ops", type=csv_list, default=None, help="candidate tasks or operator families")
     p.add_argument("--network", type=csv_list, default=None, help="candidate networks")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fine-tunes", type=int, default=FINE_TUNES, metavar="R",
+                   help="fine-tune each member of the base model R times (other seeds) and "
+                        "keep all, averaged (default: %(default)s)")
     p.add_argument("--data", action="append", default=[], metavar="DIR",
                    help="also fine-tune on every program of this collection, measured on this "
                         "device, e.g. `cdmpp collect --kernels-of NET` of the networks you "
@@ -48,6 +52,6 @@ def run(args) -> int:
         programs_per_task=args.programs_per_task, selection=args.selection, adapt=args.adapt,
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
         mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
-        data=tuple(args.data)))
+        data=tuple(args.data), fine_tunes=args.fine_tunes))
     print(json.dumps(info, indent=1))
     return 0
