@@ -1,7 +1,7 @@
 """KMeans against random task selection for calibration, over many draws (offline, paired).
 
     python benchmarks/selection.py --data work/cal/k10.data --data work/cal/r10.data ... \
-        [--model default] [--draws 40] [--k 5,10,20,34] [--records-per-task 4]
+        [--model default] [--draws 40] [--k 5,10,20,34] [--records-per-task 4] [--fine-tunes R]
 
 `--data`: collection directories of ONE device that the base model was not trained on (e.g. the
 data directories `cdmpp calibrate --threads 1` leaves beside its models: data/README.md). Each
@@ -12,7 +12,8 @@ fine-tuned as `cdmpp calibrate` does on <= `--records-per-task` measured program
 task, and scored on every record of the test half. The two selections share the draw, so their
 difference is paired; the draws are independent. Prints, per k, the mean MAPE of each, how many
 draws KMeans won, the mean difference with its standard error, and the label noise floor of the
-test records. Nothing is measured: a draw costs two fine-tunings (seconds each).
+test records. Nothing is measured: a draw costs two calibrations per k (seconds each, times
+`--fine-tunes`).
 """
 
 from __future__ import annotations
@@ -46,16 +47,16 @@ def _load(data_dirs, store_dir: Path, per_task: int):
         data_dirs[0])
 
 
-def _fine_tuned(model_name: str, programs, y, seed: int, vector):
+def _fine_tuned(model_name: str, programs, y, seed: int, vector, fine_tunes: int):
     """The base model fine-tuned as `cdmpp calibrate` fine-tunes it (same settings)."""
-    from cdmpp.calibrate import CalibrateConfig, cdmpp_members, fine_tune_members
+    from cdmpp.calibrate import CalibrateConfig, cdmpp_members, fine_tuned_model
     from cdmpp.model.registry import load_estimator
 
     model = load_estimator(model_name)
-    fine_tune_members(cdmpp_members(model, model_name), programs, y,
-                      CalibrateConfig(out="selection", model=model_name, seed=seed), vector,
-                      progress=False)
-    return model
+    config = CalibrateConfig(out="selection", model=model_name, seed=seed,
+                             fine_tunes=fine_tunes)
+    return fine_tuned_model(model, cdmpp_members(model, model_name), programs, y, config,
+                            vector, progress=False)
 
 
 def run(args) -> list:
@@ -96,7 +97,7 @@ def _draws(args, data, tasks, names, device) -> list:
                 cal = np.concatenate([np.flatnonzero(tasks == t)[: args.records_per_task]
                                       for t in chosen])
                 model = _fine_tuned(args.model, programs.subset(cal), data.latency_s[cal], draw,
-                                    vector)
+                                    vector, args.fine_tunes)
                 row[f"{selection}-{k}"] = mape(y, model.predict(programs.subset(test)))
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
@@ -136,8 +137,15 @@ def main() -> int:
     parser.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
                         default=[5, 10, 20, 34])
     parser.add_argument("--records-per-task", type=int, default=4)
+    parser.add_argument("--fine-tunes", type=int, default=None, metavar="R",
+                        help="fine-tunings of each member (default: calibrate's; the figures "
+                             "in docs/cross_device.md before 2026-11-25 used 1)")
     parser.add_argument("--json", help="also write every draw here (JSON lines)")
     args = parser.parse_args()
+    if args.fine_tunes is None:
+        from cdmpp.calibrate import FINE_TUNES
+
+        args.fine_tunes = FINE_TUNES
     rows = run(args)
     if args.json:
         Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -65,6 +65,10 @@ class CalibrateConfig:
     data: tuple = ()
     fine_tunes: int = FINE_TUNES  # fine-tunings of each base member, all kept (averaged)
 
+    def __post_init__(self):
+        if self.fine_tunes < 1:
+            raise ValueError(f"fine_tunes must be at least 1, not {self.fine_tunes}")
+
     @property
     def data_dir(self) -> Path:
         return Path(self.out).with_name(Path(self.out).name + ".data")
@@ -127,17 +131,23 @@ def cdmpp_members(model, name) -> list:
     return list(members)
 
 
-def calibrated_model(base, members, fine_tunes: int):
-    """The saved model: `fine_tunes` fine-tuned copies of each member of `base` (in member
-    order), each copy with its member's ensemble weight; one member alone is itself."""
+def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig, vector,
+                     unlabeled=None, log=None, progress: bool = True):
+    """The calibrated model: `config.fine_tunes` fine-tuned copies of each of `members` (the
+    CDMPP members of `base`, which stay untouched), in member order, each copy with its
+    member's ensemble weight; a single copy is itself."""
     from cdmpp.model.ensemble import EnsembleRegressor
 
-    if len(members) == 1:
-        return members[0]
+    copies = [copy.deepcopy(m) for m in members for _ in range(config.fine_tunes)]
+    fine_tune_members(copies, programs, latency_s, config, vector, unlabeled=unlabeled,
+                      log=log, progress=progress)
+    if len(copies) == 1:
+        return copies[0]
     weights = None
     if isinstance(base, EnsembleRegressor):
-        weights = [w for w in base.weights_ for _ in range(fine_tunes)]
-    return EnsembleRegressor.from_fitted(members, weights)
+        weights = [w for w in base.weights_ for _ in range(config.fine_tunes)]
+    return EnsembleRegressor.from_fitted(copies, weights)
+
 
 def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vector,
                       unlabeled=None, log=None, progress: bool = True) -> None:
@@ -170,8 +180,6 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         raise ValueError("give --tasks K or --budget-minutes M (or both), or --data DIR")
     if config.tasks == 0 and not config.data:
         raise ValueError("--tasks 0 measures nothing: give --data DIR to fine-tune on")
-    if config.fine_tunes < 1:
-        raise ValueError(f"fine_tunes must be at least 1, not {config.fine_tunes}")
     base = load_estimator(config.model)
     members = cdmpp_members(base, config.model)
     first = members[0]
@@ -204,11 +212,10 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
                            (": raise the budget" if measure else ""))
-    members = [copy.deepcopy(m) for m in members for _ in range(config.fine_tunes)]
-    fine_tune_members(members, train.programs.with_device(vector), train.latency_s, config,
-                      vector, unlabeled=everything if config.adapt else None, log=log,
-                      progress=progress)
-    model = calibrated_model(base, members, config.fine_tunes)
+    model = fine_tuned_model(base, members, train.programs.with_device(vector),
+                             train.latency_s, config, vector,
+                             unlabeled=everything if config.adapt else None, log=log,
+                             progress=progress)
     info = {"base_model": str(config.model), "device_id": device.device_id,
             "selection": config.selection if measure else None, "tasks": measured,
             "records": int(len(train.latency_s)), "data": str(config.data_dir),
