@@ -39,9 +39,10 @@ MEASURE_SHARE = 0.9
 OVERBOOK = 3
 # Each base member is fine-tuned this many times (other seeds: another validation carve by task,
 # another order) and all are kept, averaged. Measured: the untuned BERT-base total that one
-# calibration (three members, from the same 784 Zen 5 measurements) predicts moved from 18.2 to
-# 25.7 s with the fine-tuning seed alone (docs/cross_device.md, "How much a calibration moves
-# with its seed"); averaging fine-tunes narrows that at a few seconds of CPU each.
+# calibration of the shipped default (three members, the same 784 Zen 5 measurements) predicts
+# moved over a 13% range with the fine-tuning seed alone, 41% from a retrained default; with
+# three fine-tunings each, 4% (docs/cross_device.md, "How much a calibration moves with its
+# seed"). Each costs seconds of CPU.
 FINE_TUNES = 3
 
 
