@@ -26,8 +26,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 # Measured collection speed on a 2-core VM (docs/measurement.md), to size k from a budget.
 PROGRAMS_PER_HOUR = 3000.0
 # Of a time budget, the share given to measuring (the rest: task selection and fine-tuning,
@@ -153,6 +151,8 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
 def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vector,
                       unlabeled=None, log=None, progress: bool = True) -> None:
     """Fine-tune each member in place (seed `config.seed + i`) and give it the device vector."""
+    import numpy as np
+
     from cdmpp.model.estimator import fine_tune_config
 
     for i, member in enumerate(members):
@@ -268,6 +268,8 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     """(`measured_programs`, how many of them come from `extra`: the last ones). Records of
     `extra` whose device is not in `device_ids` (this device's names; empty: any) are an error
     naming the database: a calibration learns this device's latencies only."""
+    import numpy as np
+
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore

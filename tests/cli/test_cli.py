@@ -116,3 +116,13 @@ def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, 
     assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a",
                  "--fine-tunes", "1"]) == 0
     assert seen[1].fine_tunes == 1
+
+
+def test_the_cli_starts_without_numpy():
+    """Every `cdmpp` call builds all sub-command parsers: they import nothing heavy (numpy alone
+    tripled the start-up), only the command that runs does."""
+    import subprocess
+    import sys
+
+    code = "import sys, cdmpp.cli.main; assert 'numpy' not in sys.modules, 'numpy imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
