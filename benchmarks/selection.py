@@ -47,16 +47,15 @@ def _load(data_dirs, store_dir: Path, per_task: int):
         data_dirs[0])
 
 
-def _fine_tuned(model_name: str, programs, y, seed: int, vector, fine_tunes: int):
-    """The base model fine-tuned as `cdmpp calibrate` fine-tunes it (same settings)."""
-    from cdmpp.calibrate import CalibrateConfig, cdmpp_members, fine_tuned_model
-    from cdmpp.model.registry import load_estimator
+def _fine_tuned(base, members, model_name: str, programs, y, seed: int, vector,
+                fine_tunes: int):
+    """The base model fine-tuned as `cdmpp calibrate` fine-tunes it (same settings; copies of
+    its `members`, which stay as they are for the next draw)."""
+    from cdmpp.calibrate import CalibrateConfig, fine_tuned_model
 
-    model = load_estimator(model_name)
     config = CalibrateConfig(out="selection", model=model_name, seed=seed,
                              fine_tunes=fine_tunes)
-    return fine_tuned_model(model, cdmpp_members(model, model_name), programs, y, config,
-                            vector, progress=False)
+    return fine_tuned_model(base, members, programs, y, config, vector, progress=False)
 
 
 def run(args) -> list:
@@ -75,7 +74,8 @@ def _draws(args, data, tasks, names, device) -> list:
     catalog = {t.name: t for t in select(None, None)}
     names = [t for t in names if t in catalog]
     base = load_estimator(args.model)
-    first = cdmpp_members(base, args.model)[0]
+    members = cdmpp_members(base, args.model)
+    first = members[0]
     vector = device_vector(device) if first.model_config_.device_dim else None
     programs = data.programs.with_device(vector)
     defaults = default_programs([catalog[t] for t in names], device.target).with_device(vector)
@@ -96,8 +96,8 @@ def _draws(args, data, tasks, names, device) -> list:
                 chosen = choose_tasks(first, defaults.subset(candidates), k, selection, seed=draw)
                 cal = np.concatenate([np.flatnonzero(tasks == t)[: args.records_per_task]
                                       for t in chosen])
-                model = _fine_tuned(args.model, programs.subset(cal), data.latency_s[cal], draw,
-                                    vector, args.fine_tunes)
+                model = _fine_tuned(base, members, args.model, programs.subset(cal),
+                                    data.latency_s[cal], draw, vector, args.fine_tunes)
                 row[f"{selection}-{k}"] = mape(y, model.predict(programs.subset(test)))
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
@@ -130,6 +130,8 @@ def report(rows, ks) -> None:
 
 
 def main() -> int:
+    from cdmpp.calibrate import FINE_TUNES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", action="append", required=True)
     parser.add_argument("--model", default="default")
@@ -137,15 +139,11 @@ def main() -> int:
     parser.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
                         default=[5, 10, 20, 34])
     parser.add_argument("--records-per-task", type=int, default=4)
-    parser.add_argument("--fine-tunes", type=int, default=None, metavar="R",
-                        help="fine-tunings of each member (default: calibrate's; the figures "
-                             "in docs/cross_device.md before 2026-11-25 used 1)")
+    parser.add_argument("--fine-tunes", type=int, default=FINE_TUNES, metavar="R",
+                        help="fine-tunings of each member (default: calibrate's, %(default)s; "
+                             "the figures in docs/cross_device.md before 2026-11-25 used 1)")
     parser.add_argument("--json", help="also write every draw here (JSON lines)")
     args = parser.parse_args()
-    if args.fine_tunes is None:
-        from cdmpp.calibrate import FINE_TUNES
-
-        args.fine_tunes = FINE_TUNES
     rows = run(args)
     if args.json:
         Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in rows))
