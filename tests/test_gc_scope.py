@@ -12,9 +12,13 @@ def test_frozen_until_the_outermost_block_ends():
     with heap_frozen():
         frozen = gc.get_freeze_count()
         assert frozen > 0
+        fresh = [[] for _ in range(1000)]  # noqa: F841 - tracked objects made inside the block
         with heap_frozen():
-            assert gc.get_freeze_count() == frozen  # no second freeze inside
-        assert gc.get_freeze_count() == frozen  # the inner exit does not unfreeze
+            # no second freeze inside: `fresh` stays out. The count is not compared for
+            # equality: a frozen object that dies (another thread may drop the last
+            # reference) leaves the frozen set, so the count can only fall.
+            assert gc.get_freeze_count() <= frozen
+        assert gc.get_freeze_count() > frozen // 2  # the inner exit does not unfreeze
     assert gc.get_freeze_count() == 0
 
 
