@@ -84,20 +84,6 @@ def test_unknown_network_names_the_choices():
         spec("resnet-18")
 
 
-def test_import_onnx_without_the_package_is_a_clear_error(tmp_path):
-    from cdmpp.e2e.networks import import_onnx
-
-    path = tmp_path / "m.onnx"
-    path.write_bytes(b"")
-    try:
-        import onnx  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match="onnx"):
-            import_onnx(path)
-    with pytest.raises(FileNotFoundError):
-        import_onnx(tmp_path / "missing.onnx")
-
-
 def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_path):
     from cdmpp.e2e.kernels import lower_network, workload_module
     from cdmpp.e2e.networks import import_network

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_helpers import StubEstimator, device, lowered  # noqa: F401  (fixtures)
+from e2e_helpers import StubEstimator, device, lowered, write_tiny_onnx  # noqa: F401
 
 from cdmpp.e2e.predict import predict_network
 from cdmpp.e2e.replay import CallOverhead, MissingDurationError
@@ -24,7 +24,7 @@ def test_prediction_is_the_replay_of_kernel_predictions_plus_overhead(lowered):
     assert r.kernels[0].total_s == pytest.approx(3e-5 + 1e-6)
     assert r.critical_path_kernels() == (first, second)
     assert est.calls == 1  # one batched predict for the whole network
-    assert r.timings_s["prediction_s"] < 10.0
+    assert r.timings_s["prediction_s"] >= 0  # its wall time is benchmarks/e2e.py's business
 
 
 def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered):
@@ -123,6 +123,27 @@ def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
     assert d["predicted_s"] == pytest.approx(2 * (1e-4 + 1e-6) + 1e-6)
     assert all(k["measured_s"] > 0 for k in d["kernels"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_predicts_an_onnx_file_at_the_batch_asked(cli_env, capsys):
+    from cdmpp.cli.main import main
+
+    path, out = cli_env / "mlp.onnx", cli_env / "r.json"
+    write_tiny_onnx(path, batch="N")
+    rc = main(["e2e", "--onnx", str(path), "--batch", "4", "--model", "stub", "--json",
+               str(out), "--plot", "none"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "mlp (batch 4): 2 runtime calls, 2 distinct kernels" in captured.out
+    assert "inputs {'x': [4, 32]}" in captured.err
+    d = json.loads(out.read_text())
+    assert d["network"] == "mlp" and d["batch"] == 4 and d["measured_s"] is None
+    assert d["predicted_s"] == pytest.approx(2 * (1e-4 + 1e-6) + 1e-6)
+    # a batch the file does not leave open is refused, not ignored
+    fixed = cli_env / "fixed.onnx"
+    write_tiny_onnx(fixed, batch=2)
+    assert main(["e2e", "--onnx", str(fixed), "--batch", "4", "--model", "stub"]) == 2
+    assert "no open batch dimension for batch=4" in capsys.readouterr().err
 
 
 def test_cli_without_a_model_is_a_clear_error(capsys):

@@ -19,8 +19,9 @@ def add_parser(subparsers) -> None:
     src.add_argument("--network", choices=sorted(NETWORKS), metavar="NAME",
                      help=f"a built-in network: {', '.join(NETWORKS)}")
     src.add_argument("--onnx", metavar="FILE", help="an ONNX model (needs the onnx package)")
-    p.add_argument("--batch", type=int, default=1, help="batch size of a built-in network "
-                   "(default: %(default)s)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size: of a built-in network, or what an ONNX model's open "
+                        "(symbolic) leading input dimension is bound to (default: 1)")
     p.add_argument("--tuning-db", metavar="DIR", default=None,
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
@@ -46,11 +47,10 @@ def _log(message: str) -> None:
 
 def run(args) -> int:
     import time
-    from pathlib import Path
 
     from cdmpp.model.registry import device_mismatch, for_device, load_estimator
 
-    if args.batch < 1:
+    if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
     spec = args.model
     if spec is not None:
@@ -58,7 +58,8 @@ def run(args) -> int:
 
     from cdmpp.device import local_device, short_name
     from cdmpp.e2e.kernels import lower_network
-    from cdmpp.e2e.networks import import_network, import_onnx
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.e2e.onnx_model import load_onnx
     from cdmpp.e2e.predict import predict_network
     from cdmpp.e2e.report import format_table, plot_breakdown, write_json
     from cdmpp.measure.collect import set_threads
@@ -74,13 +75,14 @@ def run(args) -> int:
         _log(note)
     start = time.perf_counter()
     if args.onnx:
-        name, batch = Path(args.onnx).stem, None
-        mod = import_onnx(args.onnx)
+        onnx_net = load_onnx(args.onnx, batch=args.batch)
+        name, batch, mod = onnx_net.name, onnx_net.batch, onnx_net.mod
+        _log(f"{args.onnx}: inputs {onnx_net.input_shapes}")
     else:
         import torch
 
         torch.set_num_threads(1)  # export only; keeps the cores for TVM
-        name, batch = args.network, args.batch
+        name, batch = args.network, args.batch or 1
         mod = import_network(name, batch)
     net = lower_network(mod, device.target, tuning_db=args.tuning_db, name=name, batch=batch)
     lower_s = time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Built-in networks in plain PyTorch (random weights) and their import into Relax.
 
     mod = import_network("resnet18", batch=1)        # a Relax IRModule, function "main"
-    mod = import_onnx("model.onnx")                  # needs the `onnx` package
+    mod = import_onnx("model.onnx", batch=4)         # needs the `onnx` package
 
 Shapes follow the published architectures (and the operator catalog in `programs/catalog.py`):
 ResNet-18/50, MobileNet-V1/V2, SqueezeNet 1.1, ShuffleNet-V2 and DenseNet-121 on 224x224
@@ -401,21 +401,9 @@ def import_network(name: str, batch: int = 1, seed: int = 0):
     return import_torch(model, inputs)
 
 
-def import_onnx(path, shape_dict: dict | None = None):
-    """The Relax IRModule of an ONNX file (needs the `onnx` package)."""
-    from pathlib import Path
+def import_onnx(path, shape_dict: dict | None = None, batch: int | None = None):
+    """The Relax IRModule of an ONNX file (needs the `onnx` package); an open leading (batch)
+    dimension is bound to `batch` (default 1). `onnx_model.load_onnx` also says what was bound."""
+    from cdmpp.e2e.onnx_model import load_onnx
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"ONNX file {path} does not exist")
-    try:
-        import onnx
-    except ImportError as e:
-        raise RuntimeError("importing an ONNX model needs the `onnx` package, which is not "
-                           "installed (pip install onnx); built-in networks work without it: "
-                           f"--network {'|'.join(BENCHMARK_NETWORKS)}") from e
-    from cdmpp.tvm_env import import_tvm
-
-    import_tvm()
-    from tvm.relax.frontend.onnx import from_onnx
-
-    return from_onnx(onnx.load(str(path)), shape_dict=shape_dict)
+    return load_onnx(path, batch=batch, shape_dict=shape_dict).mod

@@ -9,7 +9,12 @@ JSON_KEYS = ("network", "batch", "device_id", "predicted_s", "measured_s", "kern
 
 
 def _ms(x: float | None) -> str:
-    return "" if x is None else f"{1e3 * x:.3f}"
+    """Milliseconds, three decimals; below 0.1 ms three significant digits (a small ONNX
+    model's kernels take a fraction of a microsecond)."""
+    if x is None:
+        return ""
+    ms = 1e3 * x
+    return f"{ms:.3f}" if ms >= 0.1 or ms == 0 else f"{ms:.3g}"
 
 
 def slow_host_warning(measurement) -> list[str]:

@@ -1,0 +1,109 @@
+"""ONNX files into Relax, with the input dimensions a file leaves open bound first.
+
+    net = load_onnx("model.onnx", batch=4)   # OnnxNetwork: .mod, .name, .batch, .input_shapes
+
+Exported models often leave the batch dimension open (a symbol such as "N" or "batch_size").
+Kernels with symbolic extents cannot be timed and their features describe no real size, so an
+open LEADING dimension is bound to `batch` (1 if not given); an open dimension anywhere else (a
+sequence length, say) cannot be guessed, and is an error naming it unless `shape_dict` gives
+that input's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class OnnxNetwork:
+    mod: object  # the Relax IRModule, function "main"
+    name: str  # the file's stem
+    batch: int | None  # what open leading dimensions were bound to; None if none was open
+    input_shapes: dict  # {input name: [int, ...]} as imported
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as e:
+        from cdmpp.e2e.networks import BENCHMARK_NETWORKS
+
+        raise RuntimeError("importing an ONNX model needs the `onnx` package, which is not "
+                           "installed (pip install onnx); built-in networks work without it: "
+                           f"--network {'|'.join(BENCHMARK_NETWORKS)}") from e
+    return onnx
+
+
+def input_dims(model) -> dict:
+    """{input name: [dim, ...]} of an ONNX model's graph inputs (initializers are weights, not
+    inputs); a dim is an int, or a str (its symbol, "?" if unnamed) where the file leaves it open."""
+    weights = {init.name for init in model.graph.initializer}
+    out = {}
+    for value in model.graph.input:
+        if value.name in weights:
+            continue
+        dims = []
+        for d in value.type.tensor_type.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?"))
+        out[value.name] = dims
+    return out
+
+
+def bound_shapes(dims: dict, batch: int | None = None,
+                 shape_dict: dict | None = None) -> tuple[dict, int | None]:
+    """({input: [int, ...]}, the batch bound or None): every open leading dimension set to
+    `batch` (1 if None); `shape_dict` overrides whole inputs. Raises ValueError for an open
+    dimension elsewhere, and for a `batch` that a model with fixed leading dimensions does not
+    already have (it would be ignored)."""
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    given = dict(shape_dict or {})
+    unknown = sorted(set(given) - set(dims))
+    if unknown:
+        raise ValueError(f"shape_dict names {unknown}, which are not inputs of the model "
+                         f"(inputs: {sorted(dims)})")
+    shapes, bound = {}, None
+    for name, ds in dims.items():
+        if name in given:
+            shapes[name] = [int(d) for d in given[name]]
+            continue
+        shape = []
+        for i, d in enumerate(ds):
+            if isinstance(d, int):
+                shape.append(d)
+            elif i == 0:
+                bound = batch or 1
+                shape.append(bound)
+            else:
+                raise ValueError(
+                    f"input {name!r} has dimension {i} open ({d!r} in {ds}): only the leading "
+                    f"(batch) dimension is bound by --batch; give the input's shape "
+                    f"(shape_dict={{{name!r}: [...]}})")
+        shapes[name] = shape
+    if batch is not None and bound is None:
+        if shapes and all(s and s[0] == batch for s in shapes.values()):
+            return shapes, batch  # the file's own batch, stated again
+        raise ValueError(f"the model's inputs have fixed leading dimensions ({dims}): there is "
+                         f"no open batch dimension for batch={batch} to set")
+    return shapes, bound
+
+
+def load_onnx(path, batch: int | None = None, shape_dict: dict | None = None) -> OnnxNetwork:
+    """The Relax IRModule of an ONNX file (needs the `onnx` package), its open dimensions
+    bound as `bound_shapes` says."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"ONNX file {path} does not exist")
+    onnx = _onnx()
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001 - protobuf's own errors do not name the file
+        raise ValueError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from e
+    shapes, bound = bound_shapes(input_dims(model), batch, shape_dict)
+    from cdmpp.tvm_env import import_tvm
+
+    import_tvm()
+    from tvm.relax.frontend.onnx import from_onnx
+
+    return OnnxNetwork(from_onnx(model, shape_dict=shapes), path.stem, bound, shapes)
