@@ -71,3 +71,55 @@ def test_onnx_import_errors_name_the_file_and_the_missing_package(tmp_path, monk
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if it were not installed
     with pytest.raises(RuntimeError, match="needs the `onnx` package"):
         import_onnx(bad)
+
+
+def _flatten_model(shape_start=None):
+    """x (N, 4, 8) -> Reshape to (x.shape[0], 32) computed by Shape -> Gather -> Concat, as
+    exporters write `x.view(x.size(0), -1)` -> MatMul W (32, 16)."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)
+    consts = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([0]), "axes"),
+              numpy_helper.from_array(np.array(0), "idx"),
+              numpy_helper.from_array(np.array([32]), "rest")]
+    shape_attrs = {} if shape_start is None else {"start": shape_start}
+    nodes = [helper.make_node("Shape", ["x"], ["s"], **shape_attrs),
+             helper.make_node("Gather", ["s", "idx"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+             helper.make_node("Concat", ["n1", "rest"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "W"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "flatten", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w
+
+
+def test_shape_arithmetic_on_bound_inputs_is_folded_to_constants(tmp_path, device):
+    import onnx
+    from onnx import numpy_helper
+
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.measure import VMProgram
+    from cdmpp.e2e.onnx_model import fold_static_shapes, load_onnx
+    from cdmpp.tvm_env import import_tvm
+
+    model, w = _flatten_model()
+    assert fold_static_shapes(model, {"x": [3, 4, 8]}) == 1
+    const = model.graph.node[0]
+    assert const.op_type == "Constant" and const.output[0] == "s"
+    assert numpy_helper.to_array(const.attribute[0].t).tolist() == [3, 4, 8]
+    assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [3, 4, 8]
+    sliced, _ = _flatten_model(shape_start=1)  # Shape's start attribute is honoured
+    fold_static_shapes(sliced, {"x": [3, 4, 8]})
+    assert numpy_helper.to_array(sliced.graph.node[0].attribute[0].t).tolist() == [4, 8]
+
+    path = tmp_path / "flatten.onnx"
+    onnx.save(_flatten_model()[0], str(path))
+    tvm = import_tvm()
+    net = lower_network(load_onnx(path, batch=3).mod, device.target)
+    x = np.random.default_rng(2).standard_normal((3, 4, 8)).astype(np.float32)
+    out = VMProgram(net.build(), [tvm.runtime.tensor(x, tvm.cpu())]).run()
+    got = (out[0] if not hasattr(out, "numpy") else out).numpy()
+    np.testing.assert_allclose(got, x.reshape(3, 32) @ w, rtol=1e-4, atol=1e-4)

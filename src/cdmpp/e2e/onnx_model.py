@@ -6,7 +6,8 @@ Exported models often leave the batch dimension open (a symbol such as "N" or "b
 Kernels with symbolic extents cannot be timed and their features describe no real size, so an
 open LEADING dimension is bound to `batch` (1 if not given); an open dimension anywhere else (a
 sequence length, say) cannot be guessed, and is an error naming it unless `shape_dict` gives
-that input's shape.
+that input's shape. The bound shapes are then written into the model and the shape arithmetic
+that depended on them folded to constants (`fold_static_shapes`), as TVM's importer needs.
 """
 
 from __future__ import annotations
@@ -89,6 +90,41 @@ def bound_shapes(dims: dict, batch: int | None = None,
     return shapes, bound
 
 
+def fold_static_shapes(model, shapes: dict) -> int:
+    """Write `shapes` into the model's inputs and replace each top-level `Shape` node whose input
+    shape is then fully known (ONNX shape inference) by a Constant; returns how many. Exporters
+    turn `x.size(0)` into Shape -> Gather -> ... arithmetic, which TVM's importer does not follow
+    even when every input is bound (seen: BERT-base exported with a dynamic batch axis)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    for value in model.graph.input:
+        if value.name in shapes:
+            for d, n in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
+                d.dim_value = int(n)  # clears dim_param (a oneof)
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    known = {init.name: list(init.dims) for init in model.graph.initializer}
+    for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        t = v.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            known[v.name] = [d.dim_value for d in t.shape.dim]
+    nodes, folded = [], 0
+    for node in model.graph.node:
+        if node.op_type != "Shape" or node.input[0] not in known:
+            nodes.append(node)
+            continue
+        dims = known[node.input[0]]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        value = np.array(dims[attrs.get("start", 0):attrs.get("end", len(dims))], dtype=np.int64)
+        nodes.append(helper.make_node("Constant", [], [node.output[0]], name=node.name,
+                                      value=numpy_helper.from_array(value)))
+        folded += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return folded
+
+
 def load_onnx(path, batch: int | None = None, shape_dict: dict | None = None) -> OnnxNetwork:
     """The Relax IRModule of an ONNX file (needs the `onnx` package), its open dimensions
     bound as `bound_shapes` says."""
@@ -106,4 +142,11 @@ def load_onnx(path, batch: int | None = None, shape_dict: dict | None = None) ->
     import_tvm()
     from tvm.relax.frontend.onnx import from_onnx
 
-    return OnnxNetwork(from_onnx(model, shape_dict=shapes), path.stem, bound, shapes)
+    fold_static_shapes(model, shapes)
+    try:
+        mod = from_onnx(model, shape_dict=shapes)
+    except Exception as e:  # noqa: BLE001 - TVM's errors name neither the file nor a way out
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RuntimeError(
+            f"TVM's ONNX importer could not convert {path} (inputs {shapes}): {reason}") from e
+    return OnnxNetwork(mod, path.stem, bound, shapes)
