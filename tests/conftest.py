@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cdmpp.programs.catalog import Task
@@ -44,3 +45,36 @@ def fixture_dbs(tmp_path) -> list[Path]:
         shutil.copytree(FIXTURES / name, dst)
         out.append(dst)
     return out
+
+
+def _write_tiny_onnx(path, batch="N"):
+    """A two-layer MLP as an ONNX file made with onnx.helper (skips without `onnx`): x (batch,
+    32) -> Gemm(64) + bias -> Relu -> Gemm(10). `batch`: an int, or a symbol left open.
+    Returns the weights (w1, b1, w2) to compute the expected output with numpy."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((64, 32)).astype(np.float32)
+    b1 = rng.standard_normal(64).astype(np.float32)
+    w2 = rng.standard_normal((10, 64)).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "W1", "B1"], ["h"], transB=1),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2"], ["y"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "tiny_onnx_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b1, "B1"),
+         numpy_helper.from_array(w2, "W2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return w1, b1, w2
+
+
+@pytest.fixture
+def tiny_onnx():
+    """write(path, batch="N") -> (w1, b1, w2): a two-layer MLP as an ONNX file (skips the test
+    without the `onnx` package)."""
+    return _write_tiny_onnx

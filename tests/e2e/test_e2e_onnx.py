@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from e2e_helpers import device, write_tiny_onnx  # noqa: F401  (fixtures)
+from e2e_helpers import device  # noqa: F401  (fixtures)
 
 from cdmpp.e2e.onnx_model import bound_shapes
 
@@ -33,7 +33,8 @@ def test_what_cannot_be_bound_is_an_error_naming_it():
         bound_shapes({"x": ["N", 8]}, 0)
 
 
-def test_onnx_mlp_is_fused_like_the_torch_one_and_computes_the_same(tmp_path, device):
+def test_onnx_mlp_is_fused_like_the_torch_one_and_computes_the_same(tmp_path, device,
+                                                                   tiny_onnx):
     from cdmpp.e2e.kernels import lower_network
     from cdmpp.e2e.measure import VMProgram
     from cdmpp.e2e.onnx_model import load_onnx
@@ -42,7 +43,7 @@ def test_onnx_mlp_is_fused_like_the_torch_one_and_computes_the_same(tmp_path, de
 
     tvm = import_tvm()
     path = tmp_path / "mlp.onnx"
-    w1, b1, w2 = write_tiny_onnx(path, batch="N")
+    w1, b1, w2 = tiny_onnx(path, batch="N")
     net = load_onnx(path, batch=3)
     assert (net.name, net.batch, net.input_shapes) == ("mlp", 3, {"x": [3, 32]})
     assert [int(d) for d in net.mod["main"].params[0].ty.shape] == [3, 32]

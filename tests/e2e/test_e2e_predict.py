@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_helpers import StubEstimator, device, lowered, write_tiny_onnx  # noqa: F401
+from e2e_helpers import StubEstimator, device, lowered  # noqa: F401  (fixtures)
 
 from cdmpp.e2e.predict import predict_network
 from cdmpp.e2e.replay import CallOverhead, MissingDurationError
@@ -125,11 +125,11 @@ def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_cli_predicts_an_onnx_file_at_the_batch_asked(cli_env, capsys):
+def test_cli_predicts_an_onnx_file_at_the_batch_asked(cli_env, capsys, tiny_onnx):
     from cdmpp.cli.main import main
 
     path, out = cli_env / "mlp.onnx", cli_env / "r.json"
-    write_tiny_onnx(path, batch="N")
+    tiny_onnx(path, batch="N")
     rc = main(["e2e", "--onnx", str(path), "--batch", "4", "--model", "stub", "--json",
                str(out), "--plot", "none"])
     assert rc == 0
@@ -141,7 +141,7 @@ def test_cli_predicts_an_onnx_file_at_the_batch_asked(cli_env, capsys):
     assert d["predicted_s"] == pytest.approx(2 * (1e-4 + 1e-6) + 1e-6)
     # a batch the file does not leave open is refused, not ignored
     fixed = cli_env / "fixed.onnx"
-    write_tiny_onnx(fixed, batch=2)
+    tiny_onnx(fixed, batch=2)
     assert main(["e2e", "--onnx", str(fixed), "--batch", "4", "--model", "stub"]) == 2
     assert "no open batch dimension for batch=4" in capsys.readouterr().err
 

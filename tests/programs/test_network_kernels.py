@@ -50,3 +50,19 @@ def test_collected_kernels_form_a_tuning_database_for_their_network(tmp_path):
     assert names == {t.name for t in tasks}
     tuned = lower_network(import_network("tiny_mlp", 2), target, tuning_db=tmp_path)
     assert all(k.tuned for k in tuned.kernels)
+
+
+def test_an_onnx_file_gives_its_kernels_at_each_batch(tmp_path, capsys, tiny_onnx):
+    from cdmpp.cli.main import main
+
+    path = tmp_path / "mlp.onnx"
+    tiny_onnx(path, batch="N")
+    target = _target()
+    tasks = kernel_tasks([str(path)], batches=(2, 4), target=target)
+    assert {t.networks for t in tasks} == {("mlp",)}  # named by the file's stem
+    assert len(tasks) == 4  # two kernels at each batch: other shapes, other tasks
+    assert kernel_tasks([str(path)], (None,), target)[0].func.params  # the file as it is
+    assert main(["collect", "--kernels-of", str(path), "--batches", "2", "--list"]) == 0
+    assert "2 kernels of" in capsys.readouterr().out
+    assert main(["collect", "--kernels-of", str(tmp_path / "none.onnx"), "--list"]) == 2
+    assert "none.onnx does not exist" in capsys.readouterr().err

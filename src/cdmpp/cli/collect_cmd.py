@@ -21,11 +21,13 @@ def add_parser(subparsers) -> None:
                    help="networks, comma-separated (resnet18, ...; sweep: the catalog's sweeps, "
                         "which belong to no network)")
     p.add_argument("--kernels-of", type=csv_list, default=None, metavar="NETWORK,...",
-                   help="collect the fused kernels TVM runs for these networks (resnet18, ...) "
-                        "instead of catalog operators; the database then also serves as a "
-                        "tuning database for them (`cdmpp e2e --tuning-db`)")
-    p.add_argument("--batches", type=csv_list, default=("1",), metavar="B,...",
-                   help="batch sizes of --kernels-of (default: 1)")
+                   help="collect the fused kernels TVM runs for these networks (resnet18, ..., "
+                        "or ONNX files: model.onnx) instead of catalog operators; the database "
+                        "then also serves as a tuning database for them (`cdmpp e2e "
+                        "--tuning-db`)")
+    p.add_argument("--batches", type=csv_list, default=None, metavar="B,...",
+                   help="batch sizes of --kernels-of (default: 1; an ONNX file: its own, open "
+                        "batch dimensions bound to 1)")
     p.add_argument("--programs-per-task", type=int, default=32, metavar="N")
     p.add_argument("--passes", type=int, default=None, metavar="P",
                    help="timing passes per program (default: the protocol's)")
@@ -68,16 +70,24 @@ def print_catalog(tasks, header: str | None = None) -> None:
 
 
 def _kernel_tasks(args):
+    from pathlib import Path
+
     from cdmpp.device import local_device
     from cdmpp.e2e.networks import spec
-    from cdmpp.programs.network_kernels import kernel_tasks
+    from cdmpp.programs.network_kernels import is_onnx_file, kernel_tasks
 
-    for name in args.kernels_of:
-        spec(name)  # an unknown name fails here, before any lowering
-    try:
-        batches = tuple(int(b) for b in args.batches)
-    except ValueError:
-        raise ValueError(f"--batches takes integers, got {','.join(args.batches)}") from None
+    for name in args.kernels_of:  # an unknown name or a missing file fails before any lowering
+        if not is_onnx_file(name):
+            spec(name)
+        elif not Path(name).is_file():
+            raise FileNotFoundError(f"ONNX file {name} does not exist")
+    if args.batches is None:
+        batches = (None,)  # built-in networks: batch 1; ONNX files: as they are
+    else:
+        try:
+            batches = tuple(int(b) for b in args.batches)
+        except ValueError:
+            raise ValueError(f"--batches takes integers, got {','.join(args.batches)}") from None
     target = local_device(args.threads, args.mcpu).target
     return kernel_tasks(args.kernels_of, batches, target,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
