@@ -65,8 +65,7 @@ def test_onnx_import_errors_name_the_file_and_the_missing_package(tmp_path, monk
         import_onnx(tmp_path / "missing.onnx")
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a protobuf")
-    if "onnx" not in sys.modules:
-        pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     with pytest.raises(ValueError, match="bad.onnx is not a readable ONNX model"):
         import_onnx(bad)
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if it were not installed

@@ -92,7 +92,8 @@ def bound_shapes(dims: dict, batch: int | None = None,
 
 def fold_static_shapes(model, shapes: dict) -> int:
     """Write `shapes` into the model's inputs and replace each top-level `Shape` node whose input
-    shape is then fully known (ONNX shape inference) by a Constant; returns how many. Exporters
+    shape is then fully known (ONNX shape inference) by a Constant; returns how many (0 where
+    shape inference fails, and TVM's importer gets the model as it is). Exporters
     turn `x.size(0)` into Shape -> Gather -> ... arithmetic, which TVM's importer does not follow
     even when every input is bound (seen: BERT-base exported with a dynamic batch axis)."""
     import numpy as np
@@ -103,7 +104,10 @@ def fold_static_shapes(model, shapes: dict) -> int:
         if value.name in shapes:
             for d, n in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
                 d.dim_value = int(n)  # clears dim_param (a oneof)
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - e.g. a model over protobuf's 2 GB: left to the importer
+        return 0
     known = {init.name: list(init.dims) for init in model.graph.initializer}
     for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         t = v.type.tensor_type
