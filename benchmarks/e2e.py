@@ -13,7 +13,9 @@ first one fills the table's main columns, the others add an error column each.
 With `--tuning-db`, the replay of the database's own timing of every kernel (`replay(db)`; no
 model, no new run) is reported too, and how far each model's prediction is from it (`vs db`):
 the model's error on the kernels alone, free of the run-to-run drift of a measured total.
-`--no-measure` skips the runs (seconds per network instead of minutes).
+`--no-measure` skips the runs (seconds per network instead of minutes). A `--networks` entry
+ending in `.onnx` is an ONNX file (`scripts/export_onnx.py` writes the built-in networks as
+such), its open batch dimension bound to each batch.
 
 Long: untuned kernels are slow (ResNet-18 at batch 1 takes ~2 s per inference here, BERT-base
 several seconds) and every network is run ~15 times. Run it on an idle machine.
@@ -25,18 +27,20 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, device,
             measure: bool = True) -> dict:
     from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.measure import measure_network
-    from cdmpp.e2e.networks import import_network
     from cdmpp.e2e.predict import predict_network
+    from cdmpp.programs.network_kernels import network_module
 
     t0 = time.perf_counter()
-    net = lower_network(import_network(name, batch), device.target, tuning_db=tuning_db,
-                        name=name, batch=batch)
+    _, mod = network_module(name, batch)  # a built-in network, or an ONNX file
+    name = Path(name).name  # an ONNX file is shown as "resnet18.onnx", apart from "resnet18"
+    net = lower_network(mod, device.target, tuning_db=tuning_db, name=name, batch=batch)
     t1 = time.perf_counter()
     results = {m: predict_network(est, net, device=device) for m, est in models.items()}
     if tuning_db is not None:
