@@ -100,6 +100,10 @@ def main() -> int:
                         help="loss weight of each task's default (untuned) program")
     parser.add_argument("--stride-alignment", action=argparse.BooleanOptionalAction,
                         default=None, help="ModelConfig.stride_alignment (default: its default)")
+    parser.add_argument("--readout", default=None, choices=("pooled", "work_weighted"),
+                        help="ModelConfig.readout (default: its default)")
+    parser.add_argument("--relative-positions", action=argparse.BooleanOptionalAction,
+                        default=None, help="ModelConfig.relative_positions (default: its default)")
     args = parser.parse_args()
 
     from dataclasses import replace
@@ -132,8 +136,10 @@ def main() -> int:
         config = replace(TrainConfig(), seed=args.seed,
                          **({"epochs": args.epochs} if args.epochs else {}))
         print(f"training on {len(rows)} records ({len(taken)} held out as sample data)")
-        model_config = ModelConfig() if args.stride_alignment is None else replace(
-            ModelConfig(), stride_alignment=args.stride_alignment)
+        options = {"stride_alignment": args.stride_alignment, "readout": args.readout,
+                   "relative_positions": args.relative_positions}
+        model_config = replace(ModelConfig(), **{k: v for k, v in options.items()
+                                                 if v is not None})
         seeds = []
         for i in range(args.seeds):
             print(f"cdmpp seed {args.seed + i} ({i + 1} of {args.seeds})")

@@ -218,6 +218,80 @@ def test_stride_alignment_columns_learn_and_persist(slice_data, tmp_path):
     np.testing.assert_array_equal(again.predict(test.programs), model.predict(test.programs))
 
 
+@pytest.fixture(scope="module")
+def work_relative(slice_data):
+    """The work-weighted readout with relative positions (ModelConfig options, off by default)."""
+    from dataclasses import replace
+
+    train, _ = slice_data
+    config = replace(TINY, readout="work_weighted", relative_positions=True)
+    return CDMPPRegressor(config, FAST).fit(train.programs, train.latency_s)
+
+
+def test_work_weighted_readout_learns_persists_and_reads_true_work_shares(
+        work_relative, fitted, slice_data, tmp_path):
+    """The network undoes the feature normalization itself: its leaf weights are each leaf's
+    share of the program's work as `ProgramSet.work` counts it, on data it was not fitted on."""
+    import torch
+
+    from cdmpp.dataset.programs import work_columns
+    from cdmpp.train.batches import collate
+
+    train, test = slice_data
+    assert work_relative.net_.head[0].in_features == 4 * TINY.d_model
+    assert fitted.net_.head[0].in_features == 3 * TINY.d_model  # the default readout
+    mean_guess = np.full(len(test.latency_s), np.exp(np.mean(np.log(train.latency_s))))
+    assert rmse_log(test.latency_s, work_relative.predict(test.programs)) < \
+        rmse_log(test.latency_s, mean_guess)
+
+    data = work_relative._data(test.programs)
+    rows = np.arange(len(test.programs))
+    x, _, mask, _ = collate(data.features, data.positions, rows)
+    with torch.no_grad():
+        shares = work_relative.net_._work_shares(x, mask).numpy()
+    assert any(len(f) > 1 for f in test.programs.leaf_features), "needs multi-leaf programs"
+    for i in rows:
+        raw = test.programs.leaf_features[i][:, work_columns()].astype(np.float64)
+        work = (np.exp2(np.clip(raw, 0, 100)) - 1).sum(axis=1) + 1
+        n = len(work)
+        np.testing.assert_allclose(shares[i, :n], work / work.sum(), rtol=1e-3, atol=1e-6)
+        assert not shares[i, n:].any()
+
+    work_relative.save(tmp_path / "m")
+    again = CDMPPRegressor.load(tmp_path / "m")
+    assert (again.model_config_.readout, again.model_config_.relative_positions) == (
+        "work_weighted", True)
+    np.testing.assert_array_equal(again.predict(test.programs),
+                                  work_relative.predict(test.programs))
+
+
+def test_relative_positions_ignore_a_shift_of_every_leaf(work_relative, fitted, slice_data):
+    """A kernel with more buffer allocations before its first loop has every leaf further along
+    the pre-order serialization; with relative positions that shift changes nothing."""
+    from cdmpp.dataset.programs import ProgramSet
+
+    _, test = slice_data
+    shifted = ProgramSet(test.programs.leaf_features,
+                         tuple(p + 5 for p in test.programs.leaf_pos),
+                         test.programs.device, test.programs.task)
+    np.testing.assert_array_equal(work_relative.predict(shifted),
+                                  work_relative.predict(test.programs))
+    assert not fitted.model_config_.relative_positions  # the default: absolute positions
+    assert not np.array_equal(fitted.predict(shifted), fitted.predict(test.programs))
+    assert fitted.input_key() != work_relative.input_key()  # never prepared together
+
+
+def test_unknown_readout_is_refused_and_old_models_pool():
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="readout"):
+        replace(TINY, readout="sum")
+    old = {k: v for k, v in ModelConfig().to_json().items()
+           if k not in ("readout", "relative_positions")}
+    assert ModelConfig.from_json(old).readout == "pooled"
+    assert ModelConfig.from_json(old).relative_positions is False
+
+
 def test_models_saved_before_stride_alignment_load_without_it():
     old = {k: v for k, v in ModelConfig().to_json().items() if k != "stride_alignment"}
     assert ModelConfig.from_json(old).stride_alignment is False

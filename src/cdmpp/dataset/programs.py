@@ -11,6 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def work_columns() -> list[int]:
+    """The leaf-feature columns whose sum (after undoing slog) is a store's work: its
+    floating-point operations, then the bytes each of its five buffer slots accesses."""
+    from cdmpp.features.matching import COL_ACCESS, COL_FLOAT_OPS
+
+    return list(COL_FLOAT_OPS) + [COL_ACCESS + 18 * k + 3 for k in range(5)]
+
+
 @dataclass(frozen=True)
 class ProgramSet:
     leaf_features: tuple  # n arrays, each float32 (n_i, F), raw (un-normalized) features
@@ -66,12 +74,10 @@ class ProgramSet:
         divided by work varies far less across operators and shapes than latency does
         (measured: log-latency std 2.3, after dividing by work 1.1), which is what
         `ModelConfig.target="per_work"` predicts."""
-        from cdmpp.features.matching import COL_ACCESS, COL_FLOAT_OPS
-
         if not len(self):
             return np.ones(0)
-        cols = list(COL_FLOAT_OPS) + [COL_ACCESS + 18 * k + 3 for k in range(5)]  # + bytes
-        leaves = np.concatenate(self.leaf_features)[:, cols]  # one call: per program costs more
+        # one call: per program costs more
+        leaves = np.concatenate(self.leaf_features)[:, work_columns()]
         per_leaf = (np.exp2(np.clip(leaves.astype(np.float64), 0, 100)) - 1).sum(axis=1)
         owner = np.repeat(np.arange(len(self)), [len(f) for f in self.leaf_features])
         return 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 
+READOUTS = ("pooled", "work_weighted")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     n_features: int = 164  # per-leaf feature vector (TVM's per-store features)
@@ -29,6 +32,23 @@ class ModelConfig:
     # 10 of 10 within 10% end to end; per program, no change on held-out networks and better on
     # a random split (docs/model.md, "Alignment pairs"); False in models saved before it existed
     stride_alignment: bool = True
+    # how the leaves are read out: "pooled" (mean, max and the summed raw features), or
+    # "work_weighted": also the leaves' mean weighted by each leaf's share of the program's work,
+    # so cheap element-wise stores fused after a matmul do not dilute it
+    readout: str = "pooled"
+    # leaf positions counted from the program's first leaf: a kernel's buffer allocations come
+    # before its first loop in the pre-order serialization, so every leaf of a kernel with more
+    # intermediate buffers (fused element-wise epilogues) sits further along for no other reason.
+    # Both off by default: together they lowered held-out-network MAPE in 3 of 3 seeds (45.5% ->
+    # 43.1%), but the shipped models retrained with them predicted the untuned transformers'
+    # totals on Zen 5 9-10 points further off (docs/model.md, "Fused epilogues"). Models saved
+    # before these fields existed load as "pooled" / False
+    relative_positions: bool = False
+
+    def __post_init__(self):
+        if self.readout not in READOUTS:
+            raise ValueError(f"ModelConfig.readout must be one of {READOUTS}, not "
+                             f"{self.readout!r}")
 
     @property
     def input_width(self) -> int:
@@ -50,6 +70,8 @@ class ModelConfig:
             d["head_hidden"] = tuple(d["head_hidden"])
         d.setdefault("target", "latency")  # saved before the field existed: latency
         d.setdefault("stride_alignment", False)  # likewise
+        d.setdefault("readout", "pooled")  # likewise
+        d.setdefault("relative_positions", False)  # likewise
         return cls(**d)
 
 

@@ -114,6 +114,8 @@ class CDMPPRegressor:
             pos = np.concatenate(programs.leaf_pos)
             feats = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
             positions = [pos[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            if self.model_config_.relative_positions:
+                positions = [p - p.min() if len(p) else p for p in positions]
         target = (None if latency_s is None else
                   self.normalizer_.transform_target(np.asarray(latency_s) / self._scale(programs)))
         device = self._device_matrix(programs) if normalize else None
@@ -206,6 +208,7 @@ class CDMPPRegressor:
         self._fit_scalers(programs, y)
         torch.manual_seed(tc.seed)
         self.net_ = CDMPPNet(self.model_config_)
+        self.net_.set_work_affine(*self.normalizer_.feature_affine())
         ckpt = None if self.checkpoint_dir is None else Path(self.checkpoint_dir) / "refit"
         refit = train_network(
             self.net_, self._data(programs, y, weight), None, tc, self._loss(tc), None,
@@ -239,6 +242,7 @@ class CDMPPRegressor:
         self._fit_scalers(fit_set, y_fit)
         torch.manual_seed(tc.seed)
         self.net_ = CDMPPNet(self.model_config_)
+        self.net_.set_work_affine(*self.normalizer_.feature_affine())
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, w_fit=w_fit, w_val=w_val)
         self.refit_epochs_ = 0
         if tc.refit and eval_set is None:
@@ -287,10 +291,12 @@ class CDMPPRegressor:
         return predict_together([self], programs)[0]
 
     def input_key(self) -> tuple:
-        """Equal for fitted models that read the same raw leaf rows (e.g. seeds of one
-        configuration; their normalizers may differ): `predict_together` prepares them once."""
+        """Equal for fitted models that read the same raw leaf rows and positions (e.g. seeds
+        of one configuration; their normalizers may differ): `predict_together` prepares them
+        once."""
         self._check_fitted()
-        return self.model_config_.n_features, self.model_config_.stride_alignment
+        c = self.model_config_
+        return c.n_features, c.stride_alignment, c.relative_positions
 
     def score(self, programs: ProgramSet, y) -> float:
         """-MAPE (higher is better, sklearn's convention)."""

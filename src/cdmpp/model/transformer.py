@@ -2,7 +2,8 @@
 
 Unlike upstream CDMPP (one model per leaf count), one network takes any number of leaves:
 programs are padded to the longest in the batch, attention ignores the padding, and a masked
-mean+max pooling reads the program out.
+mean+max pooling reads the program out (with `readout="work_weighted"`, also a mean weighted by
+each leaf's share of the program's work).
 """
 
 from __future__ import annotations
@@ -52,11 +53,39 @@ class CDMPPNet(nn.Module):
         # the leaves' features summed per program (what TenSet's models see), next to the
         # attention readout: the program's totals are hard to rebuild from mean and max
         self.totals = nn.Sequential(nn.Linear(c.input_width + 1, c.d_model), nn.GELU())
-        head_in = 3 * c.d_model + (c.device_embed if c.device_dim else 0)
+        self.work_weighted = c.readout == "work_weighted"
+        if self.work_weighted:
+            from cdmpp.dataset.programs import work_columns
+
+            # the work columns' normalization, to undo it in the network (`set_work_affine`)
+            cols = work_columns()
+            self.register_buffer("work_cols", torch.tensor(cols, dtype=torch.long),
+                                 persistent=False)
+            self.register_buffer("work_offset", torch.zeros(len(cols)))
+            self.register_buffer("work_scale", torch.ones(len(cols)))
+        head_in = (4 if self.work_weighted else 3) * c.d_model + (
+            c.device_embed if c.device_dim else 0)
         self.head = mlp((head_in, *c.head_hidden, 1), c.dropout)
 
+    def set_work_affine(self, offset, scale) -> None:
+        """The normalizer's (offset, scale) over all input columns (`Normalizer.feature_affine`):
+        the work-weighted readout reads each leaf's raw work back from its normalized row."""
+        if self.work_weighted:
+            cols = self.work_cols.numpy()
+            self.work_offset.copy_(torch.as_tensor(offset[cols], dtype=torch.float32))
+            self.work_scale.copy_(torch.as_tensor(scale[cols], dtype=torch.float32))
+
+    def _work_shares(self, features, mask) -> torch.Tensor:
+        """(B, L) each leaf's share of its program's work (+1 per leaf, as `ProgramSet.work`
+        counts the program's), 0 on padding; the raw slog columns are exp2'ed back."""
+        raw = features[..., self.work_cols] / self.work_scale + self.work_offset
+        work = (torch.exp2(raw.clamp(0, 100)) - 1).sum(-1)  # (B, L)
+        logits = torch.log1p(work).masked_fill(~mask, float("-inf"))
+        return torch.softmax(logits, dim=1).nan_to_num(0.0)  # a program with no leaf: zeros
+
     def program_embedding(self, features, positions, mask) -> torch.Tensor:
-        """Program embedding without the device (B, 3d): what domain adaptation aligns.
+        """Program embedding without the device (B, 3d; 4d work-weighted): what domain
+        adaptation aligns.
         features (B, L, F), positions (B, L), mask (B, L)."""
         pos = positions.clamp(max=self.config.max_position - 1)
         x = self.embed(features) + self.positions[pos]  # (B, L, d)
@@ -67,7 +96,10 @@ class CDMPPNet(nn.Module):
         largest = x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values  # (B, d)
         n_leaves = m.sum(1)  # (B, 1)
         totals = torch.cat([(features * m).sum(1), torch.log1p(n_leaves)], dim=-1)  # (B, F+1)
-        return torch.cat([mean, largest, self.totals(totals)], dim=-1)  # (B, 3d)
+        pooled = [mean, largest, self.totals(totals)]
+        if self.work_weighted:
+            pooled.append((x * self._work_shares(features, mask).unsqueeze(-1)).sum(1))
+        return torch.cat(pooled, dim=-1)  # (B, 3d or 4d)
 
     def with_device(self, z: torch.Tensor, device=None) -> torch.Tensor:
         if self.device_encoder is None:
