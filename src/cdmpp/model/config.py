@@ -39,10 +39,11 @@ class ModelConfig:
     # leaf positions counted from the program's first leaf: a kernel's buffer allocations come
     # before its first loop in the pre-order serialization, so every leaf of a kernel with more
     # intermediate buffers (fused element-wise epilogues) sits further along for no other reason.
-    # Both off by default: together they lowered held-out-network MAPE in 3 of 3 seeds (45.5% ->
-    # 43.1%), but the shipped models retrained with them predicted the untuned transformers'
-    # totals on Zen 5 9-10 points further off (docs/model.md, "Fused epilogues"). Models saved
-    # before these fields existed load as "pooled" / False
+    # Both off by default: together they lowered MAPE per program in every seed tried (held-out
+    # networks 45.5% -> 43.1%, three seeds; random split 38.8/36.0% -> 34.5/34.5%), but the
+    # shipped models retrained with them predicted the untuned transformers' totals on Zen 5
+    # 9-10 points further off (docs/model.md, "Fused epilogues"). Models saved before these
+    # fields existed load as "pooled" / False
     relative_positions: bool = False
 
     def __post_init__(self):
