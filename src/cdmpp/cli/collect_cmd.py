@@ -70,17 +70,16 @@ def print_catalog(tasks, header: str | None = None) -> None:
 
 
 def _kernel_tasks(args):
-    from pathlib import Path
-
     from cdmpp.device import local_device
     from cdmpp.e2e.networks import spec
+    from cdmpp.e2e.onnx_model import existing_onnx_file
     from cdmpp.programs.network_kernels import is_onnx_file, kernel_tasks
 
     for name in args.kernels_of:  # an unknown name or a missing file fails before any lowering
-        if not is_onnx_file(name):
+        if is_onnx_file(name):
+            existing_onnx_file(name)
+        else:
             spec(name)
-        elif not Path(name).is_file():
-            raise FileNotFoundError(f"ONNX file {name} does not exist")
     if args.batches is None:
         batches = (None,)  # built-in networks: batch 1; ONNX files: as they are
     else:

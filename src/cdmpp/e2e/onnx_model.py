@@ -129,12 +129,18 @@ def fold_static_shapes(model, shapes: dict) -> int:
     return folded
 
 
-def load_onnx(path, batch: int | None = None, shape_dict: dict | None = None) -> OnnxNetwork:
-    """The Relax IRModule of an ONNX file (needs the `onnx` package), its open dimensions
-    bound as `bound_shapes` says."""
+def existing_onnx_file(path) -> Path:
+    """`path` as a Path; FileNotFoundError naming it if there is no such file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"ONNX file {path} does not exist")
+    return path
+
+
+def load_onnx(path, batch: int | None = None, shape_dict: dict | None = None) -> OnnxNetwork:
+    """The Relax IRModule of an ONNX file (needs the `onnx` package), its open dimensions
+    bound as `bound_shapes` says."""
+    path = existing_onnx_file(path)
     onnx = _onnx()
     try:
         model = onnx.load(str(path))

@@ -197,18 +197,25 @@ class CDMPPRegressor:
             dev = np.asarray(programs.device, dtype=np.float64)
             self.device_min_, self.device_max_ = dev.min(0), dev.max(0)
 
-    def _refit(self, programs: ProgramSet, y, weight, tc: TrainConfig, unlabeled) -> None:
-        """Train again on all of `programs` for the epoch count the validation set chose."""
+    def _new_network(self, seed: int):
+        """A freshly initialized network (seeded), told the fitted normalizer's affine (the
+        work-weighted readout undoes it)."""
         import torch
 
         from cdmpp.model.transformer import CDMPPNet
+
+        torch.manual_seed(seed)
+        net = CDMPPNet(self.model_config_)
+        net.set_work_affine(*self.normalizer_.feature_affine())
+        return net
+
+    def _refit(self, programs: ProgramSet, y, weight, tc: TrainConfig, unlabeled) -> None:
+        """Train again on all of `programs` for the epoch count the validation set chose."""
         from cdmpp.train.loop import train_network
 
         self.refit_epochs_ = self.history_.best_epoch + 1
         self._fit_scalers(programs, y)
-        torch.manual_seed(tc.seed)
-        self.net_ = CDMPPNet(self.model_config_)
-        self.net_.set_work_affine(*self.normalizer_.feature_affine())
+        self.net_ = self._new_network(tc.seed)
         ckpt = None if self.checkpoint_dir is None else Path(self.checkpoint_dir) / "refit"
         refit = train_network(
             self.net_, self._data(programs, y, weight), None, tc, self._loss(tc), None,
@@ -228,8 +235,6 @@ class CDMPPRegressor:
         """
         import torch
 
-        from cdmpp.model.transformer import CDMPPNet
-
         tc = self.train_config or TrainConfig()
         if tc.threads:
             torch.set_num_threads(tc.threads)
@@ -240,9 +245,7 @@ class CDMPPRegressor:
         self.model_config_ = replace(self.model_config or ModelConfig(),
                                      n_features=programs.n_features, device_dim=device_dim)
         self._fit_scalers(fit_set, y_fit)
-        torch.manual_seed(tc.seed)
-        self.net_ = CDMPPNet(self.model_config_)
-        self.net_.set_work_affine(*self.normalizer_.feature_affine())
+        self.net_ = self._new_network(tc.seed)
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, w_fit=w_fit, w_val=w_val)
         self.refit_epochs_ = 0
         if tc.refit and eval_set is None:
