@@ -5,3 +5,7 @@ functions that need them.
 """
 
 __version__ = "0.1.0"
+
+from cdmpp.api import load_model, predict_network, predict_programs  # noqa: E402  (light)
+
+__all__ = ["load_model", "predict_network", "predict_programs"]

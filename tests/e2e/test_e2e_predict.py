@@ -89,19 +89,12 @@ def test_a_kernel_cdmpp_cannot_featurize_needs_a_given_duration(device):
 
 
 @pytest.fixture
-def cli_env(monkeypatch, tmp_path, device):
+def cli_env(monkeypatch, tmp_path, stored_overhead):
     """`cdmpp e2e` with the stub estimator and a stored overhead calibration (no timing)."""
-    from cdmpp.e2e import overhead
     from cdmpp.model import registry
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(registry, "load_estimator", lambda spec: StubEstimator())
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
-    cal = overhead.OverheadCalibration(device.device_id, device.threads,
-                                       CallOverhead(1e-6, 1e-7, 1e-6), overhead.METHOD_VERSION,
-                                       "2026-01-01T00:00:00+00:00", (1, 2), (1e-6, 2e-6),
-                                       (1e-6, 1e-6), 1e-8, {})
-    overhead.save_overhead(cal, device)
     return tmp_path
 
 

@@ -57,15 +57,12 @@ def run(args) -> int:
         model = load_estimator(spec)  # first: a missing model fails before TVM work
 
     from cdmpp.device import local_device, short_name
-    from cdmpp.e2e.kernels import lower_network
     from cdmpp.e2e.networks import import_network
     from cdmpp.e2e.onnx_model import load_onnx
-    from cdmpp.e2e.predict import predict_network
+    from cdmpp.e2e.pipeline import run_network
     from cdmpp.e2e.report import format_table, plot_breakdown, write_json
-    from cdmpp.measure.collect import set_threads
 
     device = local_device(threads=args.threads)
-    set_threads(device.threads)
     if spec is None:
         spec = for_device(device.device_id)
         model = load_estimator(spec)
@@ -84,23 +81,9 @@ def run(args) -> int:
         torch.set_num_threads(1)  # export only; keeps the cores for TVM
         name, batch = args.network, args.batch or 1
         mod = import_network(name, batch)
-    net = lower_network(mod, device.target, tuning_db=args.tuning_db, name=name, batch=batch)
-    lower_s = time.perf_counter() - start
-    result = predict_network(model, net, device=device, log=_log)
-    if args.tuning_db:
-        from cdmpp.e2e.kernels import database_latencies
-
-        result = result.with_database(database_latencies(net))
-    _log(f"imported and fused in {lower_s:.1f} s; predicted in "
-         f"{result.timings_s['prediction_s']:.2f} s")
-    if args.measure:
-        from cdmpp.e2e.measure import measure_network
-
-        _log(f"measuring {name} and its {len(net.kernels)} kernels ...")
-        result = result.with_measurement(measure_network(net, device=device, kernels=True))
-        if result.measurement.failed:
-            for kernel, error in result.measurement.failed.items():
-                _log(f"kernel {kernel} could not be timed alone: {error}")
+    _log(f"imported in {time.perf_counter() - start:.1f} s")
+    result = run_network(mod, model, device, name=name, batch=batch, tuning_db=args.tuning_db,
+                         measure=args.measure, log=_log)
     print(format_table(result, args.top))
     if args.json:
         print(f"wrote {write_json(result, args.json)}")

@@ -1,0 +1,154 @@
+"""The Python API: the calls most users need, each a thin layer over the modules the CLI uses.
+
+    import cdmpp
+
+    model = cdmpp.load_model()                   # the shipped model for this machine
+    seconds = cdmpp.predict_programs([func])     # TIR PrimFuncs / IRModules / Schedules
+    result = cdmpp.predict_network(module, (x,)) # a torch.nn.Module, an ONNX file, a Relax
+                                                 # IRModule or a built-in network's name
+    result.predicted_s, result.kernels[:5], result.critical_path_kernels()
+
+Nothing here is imported by `import cdmpp` until first called (TVM and torch load lazily).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+
+def load_model(model=None):
+    """A fitted estimator. `model`: None (the shipped model fitted for this machine, else
+    "default", as `cdmpp predict` and `cdmpp e2e` choose), a shipped name ("default", "zen5",
+    "xgb", "ensemble"), a directory written by `save_estimator`, or an estimator (returned
+    as is)."""
+    from cdmpp.model.registry import for_device, load_estimator
+
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        if not callable(getattr(model, "predict", None)):
+            raise TypeError(f"model must be a name, a directory or an estimator with "
+                            f"predict(); got {type(model).__name__}")
+        return model
+    if model is None:
+        from cdmpp.device import local_device
+
+        model = for_device(local_device().device_id)
+    return load_estimator(model)
+
+
+def _programs_as_kernels(programs):
+    from cdmpp.e2e.kernels import Kernel
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    from tvm import s_tir
+
+    if isinstance(programs, (tvm.tirx.PrimFunc, tvm.IRModule, s_tir.Schedule)):
+        programs = [programs]
+    kernels = []
+    for i, program in enumerate(programs):
+        if isinstance(program, s_tir.Schedule):
+            program = program.mod
+        if not isinstance(program, (tvm.tirx.PrimFunc, tvm.IRModule)):
+            raise TypeError(f"program {i} is a {type(program).__name__}; expected a TIR "
+                            "PrimFunc, an IRModule holding one, or a Schedule")
+        kernels.append(Kernel(f"program {i}", 1, program))
+    return kernels
+
+
+def predict_programs(programs, *, model=None, target=None):
+    """Predicted seconds (float64 array, one per program) of TIR programs: PrimFuncs (scheduled,
+    default or a network's fused kernel), IRModules holding one PrimFunc, or Schedules.
+    `target`: what they are compiled for (default: this machine). A program that cannot be
+    featurized is an error naming its index."""
+    import numpy as np
+
+    from cdmpp.e2e.predict import predict_kernels
+    from cdmpp.model.registry import for_device
+
+    kernels = _programs_as_kernels(programs)  # bad input fails before a model is loaded
+    if target is None or model is None:
+        from cdmpp.device import local_device
+
+        device = local_device()
+        target = device.target if target is None else target
+        model = for_device(device.device_id) if model is None else model
+    estimator = load_model(model)
+    seconds = predict_kernels(estimator, kernels, target)
+    return np.array([seconds[k.name] for k in kernels], dtype=np.float64)
+
+
+def _is_torch_module(obj) -> bool:
+    torch = sys.modules.get("torch")  # a module cannot be one if torch was never imported
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def _relax_module(network, inputs, batch):
+    """(name, batch, Relax IRModule) of what `predict_network` was given."""
+    from cdmpp.e2e.networks import NETWORKS
+
+    if isinstance(network, (str, os.PathLike)):
+        path = os.fspath(network)
+        if path in NETWORKS:
+            from cdmpp.e2e.networks import import_network
+
+            if inputs is not None:
+                raise ValueError(f"built-in network {path!r} makes its own inputs; pass "
+                                 "batch= instead of inputs")
+            return path, batch or 1, import_network(path, batch or 1)
+        if path.endswith(".onnx") or os.path.isfile(path):
+            from cdmpp.e2e.onnx_model import load_onnx
+
+            net = load_onnx(path, batch=batch)
+            return net.name, net.batch, net.mod
+        raise ValueError(f"{path!r} is neither a built-in network ({', '.join(NETWORKS)}) "
+                         "nor an ONNX file")
+    if _is_torch_module(network):
+        if inputs is None:
+            raise ValueError("a torch.nn.Module needs example inputs: "
+                             "predict_network(module, (x,))")
+        from cdmpp.e2e.networks import import_torch
+
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        return type(network).__name__, batch, import_torch(network, inputs)
+    from cdmpp.tvm_env import import_tvm
+
+    if isinstance(network, import_tvm().IRModule):
+        return "network", batch, network
+    raise TypeError(f"cannot predict a {type(network).__name__}: give a torch.nn.Module with "
+                    "inputs, an ONNX file, a Relax IRModule or a built-in network's name")
+
+
+def predict_network(network, inputs=None, *, batch: int | None = None, model=None,
+                    tuning_db=None, measure: bool = False, threads: int | None = None,
+                    log=None):
+    """Predict a whole network on this machine: an `E2EResult` (`predicted_s`, `kernels`
+    largest first, `critical_path_kernels()`, `to_json()`; with `measure`, `measured_s` and
+    `error_rel` too), as `cdmpp e2e` prints it.
+
+    `network`: a `torch.nn.Module` with example `inputs` (exported with `torch.export`), an
+    ONNX file (an open leading dimension is bound to `batch`, default 1), a Relax IRModule, or
+    a built-in network's name (`cdmpp.e2e.networks.NETWORKS`, at `batch`, default 1).
+    `tuning_db`: a meta_schedule database whose best records TVM applies. `measure`: also time
+    the network with TVM's VM here. `threads`: the threads it runs with (default: all cores).
+    `log`: a callable that gets progress lines. When the model was fitted for another device, a
+    warning says so: the latencies are that device's."""
+    from cdmpp.device import local_device, short_name
+    from cdmpp.e2e.pipeline import run_network
+    from cdmpp.model.registry import device_mismatch, for_device
+
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    device = local_device(threads=threads)
+    spec = model
+    if spec is None:
+        spec = for_device(device.device_id)
+    estimator = load_model(spec)
+    if isinstance(spec, (str, os.PathLike)):
+        note = device_mismatch(spec, device.device_id, short_name(device))
+        if note:
+            warnings.warn(note, stacklevel=2)
+    name, batch, mod = _relax_module(network, inputs, batch)
+    return run_network(mod, estimator, device, name=name, batch=batch, tuning_db=tuning_db,
+                       measure=measure, log=log)

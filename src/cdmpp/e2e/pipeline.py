@@ -1,0 +1,38 @@
+"""A Relax module to an `E2EResult`: fuse it for the device, predict every kernel, replay the
+graph, and optionally replay a tuning database's timings and time the network with TVM's VM.
+One sequence for `cdmpp e2e` and `cdmpp.predict_network`."""
+
+from __future__ import annotations
+
+import time
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def run_network(mod, estimator, device, *, name: str = "network", batch: int | None = None,
+                tuning_db=None, measure: bool = False, log=None):
+    """E2EResult of Relax module `mod` on `device` (a `cdmpp.device.Device`): predicted with
+    `estimator`; with `tuning_db` its best records applied and their own timings replayed
+    beside; with `measure` the network and each kernel timed here (the collector's protocol,
+    with the device's threads). `log` gets progress lines."""
+    from cdmpp.e2e.kernels import database_latencies, lower_network
+    from cdmpp.e2e.predict import predict_network
+
+    log = log or _quiet
+    start = time.perf_counter()
+    net = lower_network(mod, device.target, tuning_db=tuning_db, name=name, batch=batch)
+    lower_s = time.perf_counter() - start
+    result = predict_network(estimator, net, device=device, log=log)
+    if tuning_db:
+        result = result.with_database(database_latencies(net))
+    log(f"fused in {lower_s:.1f} s; predicted in {result.timings_s['prediction_s']:.2f} s")
+    if measure:
+        from cdmpp.e2e.measure import measure_network
+
+        log(f"measuring {name} and its {len(net.kernels)} kernels ...")
+        result = result.with_measurement(measure_network(net, device=device, kernels=True))
+        for kernel, error in result.measurement.failed.items():
+            log(f"kernel {kernel} could not be timed alone: {error}")
+    return result

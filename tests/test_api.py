@@ -1,0 +1,136 @@
+"""The Python API (`cdmpp.load_model`, `cdmpp.predict_programs`, `cdmpp.predict_network`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import cdmpp
+
+PER_KERNEL_S = 1e-4
+
+
+class FixedEstimator:
+    """Predicts PER_KERNEL_S for every program (no trained model needed)."""
+
+    def predict(self, programs):
+        assert all(f.ndim == 2 and f.shape[1] == 164 for f in programs.leaf_features)
+        return np.full(len(programs), PER_KERNEL_S)
+
+
+def test_import_cdmpp_exposes_the_api_and_imports_nothing_heavy():
+    code = ("import sys, cdmpp; assert all(callable(getattr(cdmpp, n)) for n in cdmpp.__all__);"
+            "heavy = [m for m in ('tvm', 'torch', 'numpy') if m in sys.modules];"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.fixture(scope="module")
+def sample_programs():
+    """The first four records of the shipped sample data, as the programs that were measured."""
+    from cdmpp.features.programs import measured_program
+    from cdmpp.measure.database import load_database
+    from cdmpp.predict import sample_databases
+
+    (root,) = sample_databases()
+    db = load_database(root)
+    records = db.records[:4]
+    return root, records, [measured_program(r, r.workload.mod()) for r in records]
+
+
+def test_predict_programs_gives_what_predict_gives_for_the_same_records(sample_programs):
+    from cdmpp.model.registry import load_estimator
+    from cdmpp.predict import predict_databases
+
+    root, records, programs = sample_programs
+    got = cdmpp.predict_programs(programs, model="default", target=records[0].target)
+    by_index = {p.record_index: p.predicted_latency_s
+                for p in predict_databases(load_estimator("default"), [root]).predictions}
+    assert got.dtype == np.float64 and got.shape == (4,)
+    np.testing.assert_array_equal(got, [by_index[r.record_index] for r in records])
+
+
+def test_one_program_a_schedule_and_a_primfunc_are_the_same_program(sample_programs):
+    from tvm import s_tir
+
+    _, records, programs = sample_programs
+    mod = programs[0].mod if isinstance(programs[0], s_tir.Schedule) else programs[0]
+    func = next(iter(mod.functions.values()))
+    model, target = cdmpp.load_model("default"), records[0].target
+    assert cdmpp.load_model(model) is model  # an estimator is taken as is
+    (expected,) = cdmpp.predict_programs([programs[0]], model=model, target=target)
+    for given in (mod, func, s_tir.Schedule(mod)):
+        got = cdmpp.predict_programs(given, model=model, target=target)
+        np.testing.assert_array_equal(got, [expected])
+
+
+def test_a_bad_program_is_named_before_any_model_is_loaded(sample_programs):
+    _, _, programs = sample_programs
+    with pytest.raises(TypeError, match="program 1 is a str"):
+        cdmpp.predict_programs([programs[0], "not a program"], model="/nonexistent/model")
+    with pytest.raises(TypeError, match="model must be a name, a directory or an estimator"):
+        cdmpp.load_model(3)
+
+
+@pytest.mark.parametrize("form", ["torch", "builtin", "onnx"])
+def test_predict_network_takes_a_module_a_name_or_an_onnx_file(form, stored_overhead, tmp_path,
+                                                                tiny_onnx):
+    import torch
+
+    # two Linear layers (+ ReLU fused into the first) in every form: two kernels, one call each
+    if form == "torch":
+        module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                     torch.nn.Linear(32, 8)).eval()
+        result = cdmpp.predict_network(module, (torch.randn(2, 16),), model=FixedEstimator())
+        assert result.network == "Sequential"
+    elif form == "builtin":
+        result = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator())
+        assert (result.network, result.batch) == ("tiny_mlp", 2)
+    else:
+        tiny_onnx(tmp_path / "mlp.onnx", batch="N")
+        result = cdmpp.predict_network(tmp_path / "mlp.onnx", batch=3, model=FixedEstimator())
+        assert (result.network, result.batch) == ("mlp", 3)
+    assert len(result.kernels) == 2 and result.measured_s is None
+    # the stored overhead: 1 us per call and per invoke
+    assert result.predicted_s == pytest.approx(2 * (PER_KERNEL_S + 1e-6) + 1e-6)
+
+
+def test_predict_network_refuses_what_it_cannot_import(stored_overhead):
+    import torch
+
+    model = FixedEstimator()
+    with pytest.raises(ValueError, match="needs example inputs"):
+        cdmpp.predict_network(torch.nn.Linear(4, 4), model=model)
+    with pytest.raises(ValueError, match="neither a built-in network .* nor an ONNX file"):
+        cdmpp.predict_network("resnet_19", model=model)
+    with pytest.raises(ValueError, match="makes its own inputs"):
+        cdmpp.predict_network("tiny_mlp", (torch.randn(2, 16),), model=model)
+    with pytest.raises(TypeError, match="cannot predict a int"):
+        cdmpp.predict_network(3, model=model)
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        cdmpp.predict_network("tiny_mlp", batch=0, model=model)
+
+
+def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead, monkeypatch):
+    from cdmpp.model import registry
+
+    monkeypatch.setattr(registry, "load_estimator", lambda spec: FixedEstimator())
+    monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cdmpp.predict_network("tiny_mlp", model="somewhere")
+    notes = [str(w.message) for w in caught if "fitted for device" in str(w.message)]
+    assert notes == [f"note: model somewhere was fitted for device 0123456789abcdef, not "
+                     f"{stored_overhead.device_id} ({_short(stored_overhead)}): its latencies "
+                     "are those of its own device. `cdmpp calibrate --out DIR` fits it to "
+                     "this one (docs/cross_device.md)"]
+
+
+def _short(device):
+    from cdmpp.device import short_name
+
+    return short_name(device)
