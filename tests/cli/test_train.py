@@ -91,3 +91,58 @@ def test_rank_weight_reaches_the_saved_config(tmp_path, capsys):
     assert load_estimator(tmp_path / "model").train_config_.rank_weight == 0.5
     assert main(args + ["-1"]) == 2
     assert "--rank-weight must be >= 0" in capsys.readouterr().err
+
+
+def _copy_as_device(tmp_path, name: str, threads: int) -> tuple[Path, str]:
+    """The dense fixture as measured by the fixture's device with `threads` threads."""
+    from cdmpp.device import device_id
+
+    db = tmp_path / name / "dense_64x768x768"
+    shutil.copytree(FIXTURES / "dense_64x768x768", db)
+    d = json.loads((FIXTURES / "device_epyc_2c.json").read_text())
+    d["threads"] = threads
+    d["device_id"] = device_id(d)
+    (db / "device.json").write_text(json.dumps(d))
+    return db, d["device_id"]
+
+
+def test_for_device_trains_on_every_device_and_predicts_for_the_one_asked(tmp_path, capsys):
+    import numpy as np
+
+    from cdmpp.dataset.loader import labeled
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.model.registry import load_estimator
+
+    one, one_id = _copy_as_device(tmp_path, "one", threads=1)
+    two, two_id = _copy_as_device(tmp_path, "two", threads=2)
+    store_dir = tmp_path / "store"
+    common = ["train", "--data", str(one), "--data", str(two), "--store", str(store_dir),
+              "--epochs", "2", "--workers", "1"]
+    assert main(common + ["--out", str(tmp_path / "m"), "--for-device", two_id]) == 0
+    meta = json.loads((tmp_path / "m" / "estimator.json").read_text())
+    assert meta["trained_on"]["device_id"] == two_id
+    assert meta["trained_on"]["devices"] == {one_id: 4, two_id: 4}
+
+    model = load_estimator(tmp_path / "m")
+    store = FeatureStore(store_dir)
+    samples = store.samples()
+    ids = samples.column("device_id").to_pylist()
+    rows = [i for i, d in enumerate(ids) if d == two_id]
+    on_two = labeled(store, samples, rows, with_device=True).programs
+    plain = labeled(store, samples, rows).programs  # no device vectors: "the model's device"
+    np.testing.assert_array_equal(model.predict(plain), model.predict(on_two))
+    on_one = on_two.with_device(labeled(store, samples, [ids.index(one_id)],
+                                        with_device=True).programs.device[0])
+    assert not np.array_equal(model.predict(on_one), model.predict(on_two))
+
+
+def test_for_device_refuses_an_absent_device_and_device_beside_it(tmp_path, capsys):
+    one, one_id = _copy_as_device(tmp_path, "one", threads=1)
+    common = ["train", "--data", str(one), "--store", str(tmp_path / "store"), "--epochs", "1",
+              "--workers", "1", "--out", str(tmp_path / "m")]
+    assert main(common + ["--for-device", "0000000000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "no record of device '0000000000000000'" in err and one_id in err
+    assert main(common + ["--for-device", one_id, "--device", one_id]) == 2
+    assert "give one" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

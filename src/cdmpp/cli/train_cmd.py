@@ -34,6 +34,12 @@ def add_parser(subparsers) -> None:
     t.add_argument("--split", default=None,
                    help="random | by-task | by-network:NAME,...: train on its training side and "
                         "report its test side (default: train on everything)")
+    t.add_argument("--for-device", default=None, metavar="ID",
+                   help="train on the records of every device in the databases, each with its "
+                        "device vector (the device encoder, CDMPP's multi-device training), and "
+                        "save a model that predicts for device ID: what it learned on the "
+                        "other devices carries to the few programs measured on ID "
+                        "(docs/cross_device.md)")
     t.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="train K models (seeds S..S+K-1) and save their geometric-mean "
                         "ensemble: K times the training time, lower error on held-out "
@@ -78,7 +84,8 @@ def _table_row(name: str, m: dict) -> str:
 def run_train(args) -> int:
     from dataclasses import replace
 
-    from cdmpp.dataset.devices import one_device
+    from cdmpp.dataset.devices import (device_counts, device_vector_of, one_device,
+                                       training_devices)
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.dataset.splits import make_split
     from cdmpp.evaluate.metrics import summary
@@ -92,16 +99,24 @@ def run_train(args) -> int:
     samples = store.samples(databases=args.data)
     if not samples.num_rows:
         raise ValueError("the given databases hold no usable record")
-    samples = one_device(samples, args.device)
     import numpy as np
 
+    with_device = args.for_device is not None
+    if with_device:
+        if args.device is not None:
+            raise ValueError("--device (one device's records) and --for-device (every "
+                             "device's, with the device encoder) are two ways to train: give "
+                             "one")
+        samples = training_devices(samples, args.for_device)
+    else:
+        samples = one_device(samples, args.device)
     if args.split:
         split = make_split(samples, args.split, seed=args.seed)
         split.save(store.path)
         train_rows, test_rows = split.rows(samples)
     else:
         split, train_rows, test_rows = None, np.arange(samples.num_rows), np.zeros(0, np.int64)
-    train = labeled(store, samples, train_rows)
+    train = labeled(store, samples, train_rows, with_device=with_device)
     checkpoints = Path(args.out).with_name(Path(args.out).name + ".partial")
     weight = None
     if args.default_weight != 1.0:
@@ -116,18 +131,23 @@ def run_train(args) -> int:
         member = CDMPPRegressor(train_config=replace(config, seed=seed),
                                 checkpoint_dir=str(ckpt), progress=True)
         members.append(member.fit(train.programs, train.latency_s, sample_weight=weight))
+        if with_device:  # without device vectors, the model predicts for this device
+            member.device_vector_ = device_vector_of(store, samples, args.for_device)
     model = members[0] if len(members) == 1 else EnsembleRegressor.from_fitted(members)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
                   "default_weight": args.default_weight, "seeds": list(seeds),
-                  "device_id": samples.column("device_id")[0].as_py(),
+                  "device_id": args.for_device or samples.column("device_id")[0].as_py(),
                   "split": split.name if split else None}
+    if with_device:
+        trained_on["devices"] = {device: c["records"]
+                                 for device, c in device_counts(samples).items()}
     save_estimator(model, args.out, trained_on=trained_on)
     import shutil
 
     shutil.rmtree(checkpoints, ignore_errors=True)
     print(f"saved {args.out} (trained on {len(train_rows)} records)")
     if len(test_rows):
-        test = labeled(store, samples, test_rows)
+        test = labeled(store, samples, test_rows, with_device=with_device)
         result = summary(test.latency_s, model.predict(test.programs), test.programs.task)
         print(_table_row(f"test side of {split.name} ({len(test_rows)} records)", result))
     return 0

@@ -1,4 +1,5 @@
-"""Which device's records a single-device model trains on.
+"""Which devices' records a model trains on: one device's for a model without device input, or
+every device's, each with its device vector, for a model fitted for one of them.
 
 The same program takes a different time on each device, so a model without a device encoder
 must not see two devices' labels as one: measured here, `../shared/data/epyc-2c` (timed with
@@ -51,3 +52,25 @@ def one_device(samples, device: str | None = None):
             "program takes a different time on each, and this model has no device input: "
             "choose one with --device ID")
     return samples
+
+
+def training_devices(samples, target_device: str):
+    """The samples of a multi-device training for `target_device` (every device's records,
+    each to be given its device vector). Raises ValueError naming the devices there are when
+    `target_device` has no record: a model cannot be fitted for a device it never saw."""
+    counts = device_counts(samples)
+    if target_device not in counts:
+        raise ValueError(f"no record of device {target_device!r} in the given databases; they "
+                         f"hold {_describe(counts) or 'no record'}")
+    return samples
+
+
+def device_vector_of(store, samples, device: str):
+    """float64 (D,): the device vector of `device`, from the device.json the store kept."""
+    import numpy as np
+
+    from cdmpp.dataset.loader import device_vectors
+
+    ids = samples.column("device_id").to_pylist()
+    row = ids.index(device)
+    return device_vectors(store, samples, [row])[0].astype(np.float64)
