@@ -8,7 +8,7 @@
                                                  # IRModule or a built-in network's name
     result.predicted_s, result.kernels[:5], result.critical_path_kernels()
 
-Nothing here is imported by `import cdmpp` until first called (TVM and torch load lazily).
+`import cdmpp` imports this module; it loads TVM and torch only when a function is called.
 """
 
 from __future__ import annotations
