@@ -85,7 +85,7 @@ def run_train(args) -> int:
     from dataclasses import replace
 
     from cdmpp.dataset.devices import (device_counts, device_vector_of, one_device,
-                                       training_devices)
+                                       require_device)
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.dataset.splits import make_split
     from cdmpp.evaluate.metrics import summary
@@ -107,7 +107,7 @@ def run_train(args) -> int:
             raise ValueError("--device (one device's records) and --for-device (every "
                              "device's, with the device encoder) are two ways to train: give "
                              "one")
-        samples = training_devices(samples, args.for_device)
+        require_device(samples, args.for_device)
     else:
         samples = one_device(samples, args.device)
     if args.split:

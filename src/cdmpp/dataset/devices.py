@@ -41,9 +41,7 @@ def one_device(samples, device: str | None = None):
     """
     counts = device_counts(samples)
     if device is not None:
-        if device not in counts:
-            raise ValueError(f"no record of device {device!r} in the given databases; they hold "
-                             f"{_describe(counts) or 'no record'}")
+        _require(counts, device)
         ids = samples.column("device_id").to_pylist()
         return samples.take([i for i, d in enumerate(ids) if d == device])
     if len(counts) > 1:
@@ -54,15 +52,17 @@ def one_device(samples, device: str | None = None):
     return samples
 
 
-def training_devices(samples, target_device: str):
-    """The samples of a multi-device training for `target_device` (every device's records,
-    each to be given its device vector). Raises ValueError naming the devices there are when
-    `target_device` has no record: a model cannot be fitted for a device it never saw."""
-    counts = device_counts(samples)
-    if target_device not in counts:
-        raise ValueError(f"no record of device {target_device!r} in the given databases; they "
-                         f"hold {_describe(counts) or 'no record'}")
-    return samples
+def _require(counts: dict, device: str) -> None:
+    if device not in counts:
+        raise ValueError(f"no record of device {device!r} in the given databases; they hold "
+                         f"{_describe(counts) or 'no record'}")
+
+
+def require_device(samples, device: str) -> None:
+    """For a multi-device training fitted for `device` (every device's records, each with its
+    device vector): raises ValueError naming the devices there are when `device` has no
+    record, since a model cannot be fitted for a device it never saw."""
+    _require(device_counts(samples), device)
 
 
 def device_vector_of(store, samples, device: str):
