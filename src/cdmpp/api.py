@@ -97,7 +97,9 @@ def _relax_module(network, inputs, batch):
                 raise ValueError(f"built-in network {path!r} makes its own inputs; pass "
                                  "batch= instead of inputs")
             return path, batch or 1, import_network(path, batch or 1)
-        if path.endswith(".onnx") or os.path.isfile(path):
+        from cdmpp.programs.network_kernels import is_onnx_file
+
+        if is_onnx_file(path) or os.path.isfile(path):
             from cdmpp.e2e.onnx_model import load_onnx
 
             net = load_onnx(path, batch=batch)

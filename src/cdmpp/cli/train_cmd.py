@@ -122,6 +122,8 @@ def run_train(args) -> int:
     if args.default_weight != 1.0:
         weight = np.where(default_program_mask(samples, train_rows), args.default_weight, 1.0)
     config, seeds, members = _train_config(args), range(args.seed, args.seed + args.seeds), []
+    # without device vectors, the model predicts for this device
+    vector = device_vector_of(store, samples, args.for_device) if with_device else None
     for i, seed in enumerate(seeds, 1):
         # one checkpoint directory per seed: an interrupted run resumes the seed it was on
         ckpt = checkpoints / f"seed-{seed}" if len(seeds) > 1 else checkpoints
@@ -131,8 +133,8 @@ def run_train(args) -> int:
         member = CDMPPRegressor(train_config=replace(config, seed=seed),
                                 checkpoint_dir=str(ckpt), progress=True)
         members.append(member.fit(train.programs, train.latency_s, sample_weight=weight))
-        if with_device:  # without device vectors, the model predicts for this device
-            member.device_vector_ = device_vector_of(store, samples, args.for_device)
+        if with_device:
+            member.device_vector_ = vector
     model = members[0] if len(members) == 1 else EnsembleRegressor.from_fitted(members)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
                   "default_weight": args.default_weight, "seeds": list(seeds),
