@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cdmpp.cli.main import main
 
 
@@ -27,6 +29,15 @@ def test_retest_and_remeasure_are_one_or_the_other(tmp_path, capsys):
     assert main(args + ["--remeasure-disturbed"]) == 2
     assert "give one" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_retest_takes_a_count_or_all(tmp_path, capsys):
+    from cdmpp.cli.collect_cmd import _retest_count
+
+    assert _retest_count("7") == 7 and _retest_count("all") == "all"
+    with pytest.raises(SystemExit):
+        main(["collect", "--ops", "softmax", "--out", str(tmp_path), "--retest", "some"])
+    assert "'all'" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
 def test_env_prints_versions_and_device(capsys):

@@ -259,6 +259,12 @@ def test_retest_times_a_seeded_sample_again_and_reports_its_noise(tmp_path, no_m
     assert "test-retest noise of 4 records" in capsys.readouterr().out
     with pytest.raises(ValueError, match="at least 1"):
         retest(config, [MATMUL_64], 0, progress=False)
+    # 'all': a second session of every record, each once
+    sizes = [len(r.measurement.run_secs) for r in load_database(tmp_path).records]
+    every = retest(config, [MATMUL_64], "all", progress=False)
+    assert every.selected == every.remeasured == len(sizes)
+    assert all(len(r.measurement.run_secs) > n
+               for r, n in zip(load_database(tmp_path).records, sizes))
 
 
 def test_retest_noise_is_the_gap_between_two_labels():

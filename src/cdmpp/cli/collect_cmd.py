@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 
@@ -47,11 +48,13 @@ def add_parser(subparsers) -> None:
                         "ran while the reference kernel said the machine was disturbed (their "
                         "labels are too high); new passes are appended in place, same record "
                         "index, nothing is dropped")
-    p.add_argument("--retest", type=int, default=None, metavar="N",
+    p.add_argument("--retest", type=_retest_count, default=None, metavar="N|all",
                    help="sample nothing new: time again N records of --out drawn at random "
                         "(--seed), disturbed or not, and print how far the new labels land "
                         "from the old ones (the labels' test-retest noise); new passes are "
-                        "appended in place like --remeasure-disturbed")
+                        "appended in place like --remeasure-disturbed. 'all': a second "
+                        "timing session of every record, whose labels (the minimum over both "
+                        "sessions) then carry less of the host's drift (docs/measurement.md)")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop cleanly after this many minutes (resume later)")
     p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
@@ -90,6 +93,16 @@ def _kernel_tasks(args):
     target = local_device(args.threads, args.mcpu).target
     return kernel_tasks(args.kernels_of, batches, target,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
+
+
+def _retest_count(text: str) -> int | str:
+    """--retest's value: a number of records, or 'all'."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of records or 'all', got {text!r}")
 
 
 def run(args) -> int:
