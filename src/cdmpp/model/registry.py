@@ -39,7 +39,7 @@ KINDS = {
 SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp", "ensemble": "ensemble",
            "zen5": "zen5"}
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
-# (trained on the Zen 4 VM's data) and "zen5" (trained on that data and 1,845 programs timed
+# (trained on the Zen 4 VM's data) and "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
 DEVICE_MODELS = ("default", "zen5")
 
