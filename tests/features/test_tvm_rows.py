@@ -13,7 +13,8 @@ TARGET = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
 ROOT = Path(__file__).resolve().parents[2]
 # every operator of ../shared/data (77 families and shapes), else the repository's fixtures
 ROOTS = sorted(p for p in (ROOT.parent / "shared" / "data" / "epyc-2c").glob("*")
-               if p.is_dir()) or sorted((ROOT / "tests" / "fixtures").glob("*_*"))
+               if p.is_dir()) or sorted(p for p in (ROOT / "tests" / "fixtures").glob("*_*")
+                                        if p.is_dir())
 
 
 def _both(obj):
