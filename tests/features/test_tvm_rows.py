@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.features import tvm_rows
+from cdmpp.measure.database import find_databases
 from cdmpp.tvm_env import import_tvm
 
 TARGET = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
 ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data" / "epyc-2c"
 # every operator of ../shared/data (77 families and shapes), else the repository's fixtures
-ROOTS = sorted(p for p in (ROOT.parent / "shared" / "data" / "epyc-2c").glob("*")
-               if p.is_dir()) or sorted(p for p in (ROOT / "tests" / "fixtures").glob("*_*")
-                                        if p.is_dir())
+ROOTS = find_databases(SHARED if SHARED.is_dir() else ROOT / "tests" / "fixtures")
 
 
 def _both(obj):
