@@ -1,7 +1,8 @@
 """End-to-end latency: predicted vs measured for every built-in network at batch 1 and 4.
 
     python benchmarks/e2e.py [--model MODEL ...] [--networks resnet18,...] [--batches 1,4]
-                             [--tuning-db DIR] [--kernels] [--no-measure] [--json OUT]
+                             [--tuning-db DIR] [--kernels] [--no-measure]
+                             [--both-placements SECONDS] [--json OUT]
 
 Each network is imported (torch.export), fused as TVM's CPU pipeline does (untuned kernels, or
 `--tuning-db`), predicted (kernel latencies from MODEL + dPRO-style replay with the calibrated
@@ -16,6 +17,10 @@ the model's error on the kernels alone, free of the run-to-run drift of a measur
 `--no-measure` skips the runs (seconds per network instead of minutes). A `--networks` entry
 ending in `.onnx` is an ONNX file (`scripts/export_onnx.py` writes the built-in networks as
 such), its open batch dimension bound to each batch.
+A memory probe is timed before every pass: the host may move the threads between two placements
+in which a network runs up to 28% apart (src/cdmpp/measure/placement.py). A network seen in one
+placement waits up to `--both-placements` seconds for the other; the measured time is the lower,
+and each placement's own time is reported beside it, with each model's error against it.
 
 Long: untuned kernels are slow (ResNet-18 at batch 1 takes ~2 s per inference here, BERT-base
 several seconds) and every network is run ~15 times. Run it on an idle machine.
@@ -31,7 +36,7 @@ from pathlib import Path
 
 
 def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, device,
-            measure: bool = True) -> dict:
+            measure: bool = True, both_placements_s: float = 0.0) -> dict:
     from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.measure import measure_network
     from cdmpp.e2e.predict import predict_network
@@ -47,7 +52,8 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
         recorded = database_latencies(net)
         results = {m: r.with_database(recorded) for m, r in results.items()}
     t2 = time.perf_counter()
-    measurement = measure_network(net, device=device, kernels=kernels) if measure else None
+    measurement = (measure_network(net, device=device, kernels=kernels,
+                                   both_placements_s=both_placements_s) if measure else None)
     if measurement is not None:
         results = {m: r.with_measurement(measurement) for m, r in results.items()}
     result = next(iter(results.values()))
@@ -63,6 +69,8 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
             "measure_s": round(time.perf_counter() - t2, 1),
             "noise_rel": None if measurement is None else measurement.measurement.noise_rel,
             "host_slowdown": None if measurement is None else measurement.host_slowdown,
+            # the network's best time in each placement of the threads (measure.placement)
+            "by_placement": {} if measurement is None else measurement.by_placement(),
             "by_model": {m: {"predicted_s": r.predicted_s, "error_rel": r.error_rel,
                              "vs_database_rel": None if r.database_replay_s is None
                              else r.predicted_s / r.database_replay_s - 1}
@@ -103,6 +111,12 @@ def table(rows) -> str:
                 if errors:
                     lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
                                  f" worst {100 * max(errors):.1f}% over {len(errors)} networks")
+            for state in sorted({s for r in rows for s in r.get("by_placement", {})}):
+                errors = [r["by_model"][m]["predicted_s"] / r["by_placement"][state] - 1
+                          for r in rows if state in r.get("by_placement", {})]
+                lines.append(f"{m} vs the {state} placement alone: mean |error| "
+                             f"{100 * sum(map(abs, errors)) / len(errors):.1f}%, within 10% "
+                             f"{sum(abs(e) <= 0.10 for e in errors)} of {len(errors)}")
     return "\n".join(lines)
 
 
@@ -119,6 +133,10 @@ def main() -> int:
     parser.add_argument("--no-measure", action="store_true",
                         help="predict only (with --tuning-db: against the replay of the "
                              "database's own timings), no run of the networks")
+    parser.add_argument("--both-placements", type=float, default=120.0, metavar="SECONDS",
+                        help="a network timed in one placement of the threads, on a device "
+                             "known to have two, waits this long for the other "
+                             "(src/cdmpp/measure/placement.py; 0: never)")
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args()
 
@@ -140,11 +158,14 @@ def main() -> int:
         for batch in (int(b) for b in args.batches.split(",")):
             rows.append(run_one(models, name, batch, kernels=args.kernels,
                                 tuning_db=tuning_db, device=device,
-                                measure=not args.no_measure))
+                                measure=not args.no_measure,
+                                both_placements_s=args.both_placements))
             r = rows[-1]
             measured = ("not measured" if r["measured_s"] is None else
                         f"measured {_ms(r['measured_s'])} ms (reference kernel "
-                        f"x{r['host_slowdown']:.2f} its best on this device)")
+                        f"x{r['host_slowdown']:.2f} its best on this device"
+                        + "".join(f"; {s} {_ms(t)} ms" for s, t in r["by_placement"].items())
+                        + ")")
             print(f"{name} batch {batch}: {measured}; predicted "
                   + ", ".join(f"{m} {_ms(p['predicted_s'])} ms ({_pct(p['error_rel'])})"
                               for m, p in r["by_model"].items()), file=sys.stderr, flush=True)

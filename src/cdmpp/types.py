@@ -40,6 +40,8 @@ class PassStats:
 
     values_s: tuple[float, ...]  # every repeat of the pass
     ref_ratio: float | None = None  # reference kernel time now / its baseline (>1: machine slow)
+    # the memory-streaming probe's time just before the pass (`measure.placement`), if timed
+    memory_probe_s: float | None = None
 
     @property
     def median_s(self) -> float:

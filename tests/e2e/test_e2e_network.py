@@ -75,6 +75,9 @@ def test_measure_network_times_the_network_and_each_kernel(lowered, device, tmp_
     # the first run on a device is its own reference: no slowdown; the best is kept
     assert m.host_slowdown == 1.0 and m.to_json()["host_slowdown"] == 1.0
     assert (device_dir(device.device_id) / REFERENCE_FILE).exists()
+    # the memory probe ran before each pass; one run shows one placement: none told apart
+    assert all(p.memory_probe_s > 0 for p in m.measurement.passes)
+    assert m.probe_best_s <= m.probe_worst_s and m.to_json()["by_placement"] == {}
 
 
 def test_unknown_network_names_the_choices():

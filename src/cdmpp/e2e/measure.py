@@ -10,15 +10,23 @@ pass (see `types.Measurement`), and every value is kept. TVM runs with the devic
 The VM is timed through `save_function` (arguments bound once), so a repeat is the inference
 alone; its first pass starts with one untimed warm-up run (time_evaluator's), and a network
 whose runs take `min_repeat_ms` or more is then timed run by run.
+
+A memory-streaming probe is timed before every pass (`measure.placement`): the host may move our
+threads between placements in which a network runs up to 28% apart while its kernels timed
+alone do not. With `both_placements_s`, a network timed in one placement only, on a device that
+has shown two, is timed again when the other comes (waiting at most that long): its label is
+then the minimum over both, as the kernels' labels, timed in passes minutes apart, are.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
 
+from cdmpp.measure.placement import has_two_placements, memory_state, remember_memory_probe
 from cdmpp.tvm_env import import_tvm
 from cdmpp.types import Measurement
 
@@ -34,6 +42,9 @@ class NetworkMeasurement:
     failed: Mapping[str, str] = field(default_factory=dict, hash=False)  # kernel -> error
     reference_s: float | None = None  # the reference kernel's best time in this run
     reference_best_s: float | None = None  # ... and on this device ever (measure.reference)
+    # the memory probe's fastest and slowest time on this device ever (measure.placement)
+    probe_best_s: float | None = None
+    probe_worst_s: float | None = None
 
     @property
     def host_slowdown(self) -> float | None:
@@ -47,6 +58,23 @@ class NetworkMeasurement:
     def latency_s(self) -> float:
         return self.measurement.latency_s
 
+    def by_placement(self) -> dict[str, float]:
+        """{placement: the network's best time in passes timed in it} (`placement`'s
+        FAST_MEMORY / SLOW_MEMORY); empty unless the device has shown two placements."""
+        if not has_two_placements(self.probe_best_s, self.probe_worst_s):
+            return {}
+        out: dict[str, float] = {}
+        for p in self.measurement.passes:
+            state = memory_state(p.memory_probe_s, self.probe_best_s)
+            if state is not None:
+                out[state] = min(out.get(state, float("inf")), p.min_s)
+        return out
+
+    @property
+    def one_of_two_placements(self) -> bool:
+        """The network was timed in one placement of a device known to have two."""
+        return len(self.by_placement()) == 1
+
     def kernel_s(self) -> dict[str, float]:
         """{kernel: measured seconds per call} of the kernels timed on their own."""
         return {name: m.latency_s for name, m in self.kernels.items()}
@@ -54,13 +82,16 @@ class NetworkMeasurement:
     def to_json(self) -> dict:
         def one(m: Measurement) -> dict:
             return {"latency_s": m.latency_s, "run_secs": list(m.run_secs),
-                    "pass_ref_ratios": [p.ref_ratio for p in m.passes]}
+                    "pass_ref_ratios": [p.ref_ratio for p in m.passes],
+                    "pass_memory_probe_s": [p.memory_probe_s for p in m.passes]}
 
         return {"network": self.network, "batch": self.batch, "device_id": self.device_id,
                 "threads": self.threads, "network_timing": one(self.measurement),
                 "kernels": {k: one(m) for k, m in self.kernels.items()},
                 "failed": dict(self.failed), "reference_s": self.reference_s,
-                "reference_best_s": self.reference_best_s, "host_slowdown": self.host_slowdown}
+                "reference_best_s": self.reference_best_s, "host_slowdown": self.host_slowdown,
+                "probe_best_s": self.probe_best_s, "probe_worst_s": self.probe_worst_s,
+                "by_placement": self.by_placement()}
 
 
 class VMProgram:
@@ -130,9 +161,11 @@ def build_kernel(func, target):
 
 
 def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
-                    seed: int = 0, executable=None) -> NetworkMeasurement:
+                    seed: int = 0, executable=None,
+                    both_placements_s: float = 0.0) -> NetworkMeasurement:
     """Time `net` (a `kernels.NetworkModule`) end to end; with `kernels`, also each kernel on
-    its own (interleaved with the network in the same passes)."""
+    its own (interleaved with the network in the same passes). With `both_placements_s`, wait
+    up to that long for the placement the network was not timed in (see the module doc)."""
     tvm = import_tvm()
     from cdmpp.device import local_device
     from cdmpp.measure.collect import set_threads
@@ -141,7 +174,7 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
 
     device = device or local_device()
     set_threads(device.threads)
-    protocol = protocol or Protocol()
+    protocol = replace(protocol or Protocol(), memory_probe=True)
     exe = executable if executable is not None else net.build()
     programs = [("__network__", VMProgram(exe, random_inputs(net.mod, seed)), [])]
     failed: dict[str, str] = {}
@@ -165,6 +198,12 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
     network = results.pop("__network__")
     if isinstance(network, Exception):
         raise RuntimeError(f"running {net.name} failed: {network}") from network
+    best, worst = remember_memory_probe(device.device_id,
+                                        [p.memory_probe_s for p in network.passes])
+    if both_placements_s > 0 and has_two_placements(best, worst):
+        network, best, worst = _in_the_other_placement(timer, programs[0], network,
+                                                       device.device_id, (best, worst),
+                                                       both_placements_s)
     per_kernel = {}
     for name, m in results.items():
         if isinstance(m, Exception):
@@ -173,4 +212,32 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
             per_kernel[name] = m
     return NetworkMeasurement(net.name, net.batch, device.device_id, device.threads, network,
                               per_kernel, failed, timer.ref_best_s,
-                              remember_reference(device.device_id, timer.ref_best_s))
+                              remember_reference(device.device_id, timer.ref_best_s),
+                              best, worst)
+
+
+def _in_the_other_placement(timer, program, network: Measurement, device_id: str,
+                            probe_range: tuple[float, float], wait_s: float):
+    """If every pass of `network` ran in one placement, wait (probing every second, at most
+    `wait_s`) for two probes in a row in the other, and time the network there too; its passes
+    are appended. Returns the network's measurement and the device's probe range, updated."""
+    best_s = probe_range[0]
+    seen = {memory_state(p.memory_probe_s, best_s) for p in network.passes}
+    if len(seen) != 1:
+        return network, *probe_range
+    deadline = time.monotonic() + wait_s
+    probes = []
+    while time.monotonic() < deadline:
+        probes.append(timer.memory_probe_s())
+        if all(memory_state(p, best_s) not in seen for p in probes[-2:]) and len(probes) > 1:
+            more = timer.measure_batch([program])["__network__"]
+            if not isinstance(more, Exception):
+                network = Measurement(network.run_secs + more.run_secs,
+                                      network.passes + more.passes)
+            break
+        time.sleep(1.0)
+    if not probes:
+        return network, *probe_range
+    # the probes of one placement (the network's, or the run of two in the other) are a run
+    best, worst = remember_memory_probe(device_id, probes[-2:])
+    return network, min(best, probe_range[0]), max(worst, probe_range[1])

@@ -29,6 +29,21 @@ def slow_host_warning(measurement) -> list[str]:
              "is likely too high; measure again when it is quiet")]
 
 
+def placement_lines(measurement) -> list[str]:
+    """The network's best time in each placement of the threads it was timed in, and a
+    warning when it saw one placement of a device known to have two (`measure.placement`)."""
+    by_placement = getattr(measurement, "by_placement", lambda: {})()
+    if len(by_placement) > 1:
+        times = ", ".join(f"{state} {_ms(t)} ms" for state, t in sorted(by_placement.items()))
+        return [f"placements: timed in both ({times}); the measured time is the lower"]
+    if getattr(measurement, "one_of_two_placements", False):
+        (state,) = by_placement
+        return [f"warning: timed in one placement of the threads ({state}) on a device whose "
+                "host has moved them between two; networks have run up to 28% apart in the "
+                "two: measure again to see the other"]
+    return []
+
+
 def format_table(result, top: int = 10) -> str:
     """Predicted (and measured) total, error, and the top kernels by predicted time."""
     name = result.network + (f" (batch {result.batch})" if result.batch else "")
@@ -39,6 +54,7 @@ def format_table(result, top: int = 10) -> str:
         lines.append(f"measured   {_ms(result.measured_s)} ms")
         lines.append(f"error      {100 * result.error_rel:+.1f}%")
         lines += slow_host_warning(result.measurement)
+        lines += placement_lines(result.measurement)
         if result.measured_kernels_replay_s is not None:
             replayed = result.measured_kernels_replay_s
             lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "

@@ -13,6 +13,9 @@ Interference on shared VMs comes in bursts that slow everything for seconds. So:
   `quiet_wait_s`, for the burst to pass. Records that still got no undisturbed pass are
   re-timed later with `cdmpp collect --remeasure-disturbed`.
 The label is the minimum over all repeats of all passes (see types.Measurement).
+With `Protocol(memory_probe=True)` a memory-streaming kernel is also timed before each pass: it
+sees the host placing our threads on one cache or two, which the reference kernel (it fits in
+L2) cannot (`measure.placement`).
 A program whose runs each take `min_repeat_ms` or more is timed by time_evaluator in its first
 pass only (which warms it up), then run by run without another warm-up.
 """
@@ -48,6 +51,7 @@ class Protocol:
     # whose every run takes min_repeat_ms or more, a quarter of the pass. False: such a
     # program is warmed up in its first pass only, then timed run by run (docs/measurement.md)
     warm_up_every_pass: bool = False
+    memory_probe: bool = False  # time `placement.memory_probe_kernel` before each pass
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -117,6 +121,19 @@ class Timer:
         self._ref_args = random_args(ref_args, self.device)
         self.ref_best_s = min(self._time_ref() for _ in range(5))
         self.waited_s = 0.0  # time spent waiting for a quiet machine
+        self._probe = None
+        if protocol.memory_probe:
+            from cdmpp.measure.placement import memory_probe_kernel
+
+            probe_mod, probe_args = memory_probe_kernel(target)
+            self._probe = probe_mod.time_evaluator(ENTRY, self.device, number=1, repeat=3)
+            self._probe_args = random_args(probe_args, self.device)
+
+    def memory_probe_s(self) -> float | None:
+        """The memory probe's best of three runs now (None without `memory_probe`)."""
+        if self._probe is None:
+            return None
+        return float(min(self._probe(*self._probe_args).results))
 
     def _time_ref(self) -> float:
         return float(self._ref(*self._ref_args).results[0])
@@ -147,9 +164,10 @@ class Timer:
                                      min_repeat_ms=p.min_repeat_ms, **extra)
 
     def one_pass(self, evaluator, args) -> PassStats:
+        probe = self.memory_probe_s()  # first: it evicts the caches, the reference refills L2
         ratio = self.ref_ratio()
         values = tuple(float(v) for v in evaluator(*args).results)
-        return PassStats(values, round(ratio, 4))
+        return PassStats(values, round(ratio, 4), probe)
 
     def run_by_run(self, call: Callable[[], object]) -> Callable:
         """An evaluator for a program that takes `min_repeat_ms` or more per run: `repeat`

@@ -1,0 +1,93 @@
+"""Which placement the host gave our threads right now, seen by a memory-streaming probe.
+
+On the Zen 5 VM (2026-11-25) the host moved our two vCPUs between two placements every 10-90 s,
+about half the time in each. The reference kernel (a matmul that fits in L2) ran the same in
+both; a kernel streaming 64 MiB (twice the L3) did not: 1.2-1.4 ms in one placement, 2.4-2.9 ms
+in the other. Its fast placement is the one with two L3 caches (each thread with its own link to
+memory), and there data passed from kernel to kernel crosses caches: MobileNet-V2 at batch 4
+(tuned) ran 51-54 ms whole against 40-42 ms in the other placement, while its kernels timed
+alone ran within 5% of each other in both (docs/measurement.md, "Two placements").
+
+The probe's time is kept with each pass (`types.PassStats.memory_probe_s`); the device's
+fastest and slowest probe ever are kept in `<cache>/devices/<id>/memory_probe.json`, so a run
+that saw only one placement can tell whether the device has another.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from cdmpp.atomic import write_text_atomic
+from cdmpp.clock import now_iso
+from cdmpp.paths import device_dir
+
+PROBE_FILE = "memory_probe.json"
+PROBE_MIB = 64  # twice the largest L3 seen here: the probe streams from memory, not a cache
+# a probe this much slower than the device's fastest is the other placement. Measured over 240
+# rows: 1.17-1.60 ms in one placement, 2.39-3.30 ms in the other; 1.5 x 1.17 = 1.76 falls between
+PLACEMENT_SPLIT = 1.5
+FAST_MEMORY, SLOW_MEMORY = "fast-memory", "slow-memory"
+
+
+def memory_probe_kernel(target: dict, mib: int = PROBE_MIB):
+    """A parallel, vectorized `B = 2 * A` over `mib` MiB of float32: memory bound."""
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    from tvm import s_tir, te
+
+    from cdmpp.measure.build import compile_module
+
+    n = mib * 1024 * 1024 // 4
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, b])}))
+    (i,) = sch.get_loops(sch.get_sblock("B"))
+    outer, inner = sch.split(i, [None, 65536])
+    sch.parallel(outer)
+    _, lanes = sch.split(inner, [None, 16])
+    sch.vectorize(lanes)
+    return compile_module(sch.mod, target).jit(), [["TENSOR", "float32", [n]]] * 2
+
+
+def memory_state(probe_s: float | None, best_s: float | None) -> str | None:
+    """FAST_MEMORY when the probe ran within PLACEMENT_SPLIT of the device's best, else
+    SLOW_MEMORY; None when either is unknown."""
+    if not probe_s or not best_s:
+        return None
+    return FAST_MEMORY if probe_s < PLACEMENT_SPLIT * best_s else SLOW_MEMORY
+
+
+def has_two_placements(best_s: float | None, worst_s: float | None) -> bool:
+    """The device's probe has run in both placements (as far as its history tells)."""
+    return bool(best_s and worst_s and worst_s >= PLACEMENT_SPLIT * best_s)
+
+
+def remember_memory_probe(device_id: str, probe_s, root: str | Path | None = None
+                          ) -> tuple[float, float]:
+    """Fold a run's probe times into the device's (fastest, slowest) and return them. The
+    fastest is the fastest probe ever; the slowest is the slowest run's *median* probe, so a
+    single disturbed probe (seen here: 1.5x in a busy second) does not make a second placement.
+    An unreadable file is replaced; a cache that cannot be written is reported on stderr."""
+    times = [float(t) for t in probe_s if t]
+    if not times or min(times) <= 0:
+        raise ValueError(f"probe times must be positive, got {list(probe_s)}")
+    fastest, typical = min(times), float(statistics.median(times))
+    path = device_dir(device_id, root) / PROBE_FILE
+    try:
+        kept = json.loads(path.read_text())
+        best, worst = float(kept["best_s"]), float(kept["worst_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        best, worst = float("inf"), 0.0
+    new_best, new_worst = min(best, fastest), max(worst, typical)
+    if (new_best, new_worst) != (best, worst):
+        try:
+            write_text_atomic(path, json.dumps({"device_id": device_id, "best_s": new_best,
+                                                "worst_s": new_worst,
+                                                "updated": now_iso()}) + "\n")
+        except OSError as e:  # a cache that cannot be written must not lose a measurement
+            print(f"cdmpp: could not record the memory probe in {path}: {e}", file=sys.stderr)
+    return new_best, new_worst
