@@ -35,6 +35,17 @@ def test_the_probe_history_keeps_the_fastest_probe_and_slowest_run(tmp_path):
         remember_memory_probe("dev1", [None], tmp_path)
 
 
+def test_the_device_placements_are_described(tmp_path):
+    from cdmpp.measure.placement import describe_placements
+
+    assert "not probed yet" in describe_placements("dev1", tmp_path)
+    remember_memory_probe("dev1", [2.5e-3, 2.6e-3], tmp_path)
+    assert describe_placements("dev1", tmp_path).startswith("placements one seen")
+    remember_memory_probe("dev1", [1.2e-3], tmp_path)
+    line = describe_placements("dev1", tmp_path)
+    assert line.startswith("placements two seen") and "1.20-2.55 ms" in line
+
+
 def test_an_unwritable_cache_does_not_lose_the_probe(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

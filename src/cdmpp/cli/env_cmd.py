@@ -44,6 +44,9 @@ def run(args) -> int:
     print()
     print(describe(device))
     print(shipped_model_line(device.device_id))
+    from cdmpp.measure.placement import describe_placements
+
+    print(describe_placements(device.device_id))
     return 0
 
 

@@ -77,11 +77,7 @@ def remember_memory_probe(device_id: str, probe_s, root: str | Path | None = Non
         raise ValueError(f"probe times must be positive, got {list(probe_s)}")
     fastest, typical = min(times), float(statistics.median(times))
     path = device_dir(device_id, root) / PROBE_FILE
-    try:
-        kept = json.loads(path.read_text())
-        best, worst = float(kept["best_s"]), float(kept["worst_s"])
-    except (OSError, ValueError, KeyError, TypeError):
-        best, worst = float("inf"), 0.0
+    best, worst = probe_history(device_id, root) or (float("inf"), 0.0)
     new_best, new_worst = min(best, fastest), max(worst, typical)
     if (new_best, new_worst) != (best, worst):
         try:
@@ -91,3 +87,26 @@ def remember_memory_probe(device_id: str, probe_s, root: str | Path | None = Non
         except OSError as e:  # a cache that cannot be written must not lose a measurement
             print(f"cdmpp: could not record the memory probe in {path}: {e}", file=sys.stderr)
     return new_best, new_worst
+
+
+def probe_history(device_id: str, root: str | Path | None = None) -> tuple[float, float] | None:
+    """The device's (fastest probe, slowest run) so far; None if never probed or unreadable."""
+    path = device_dir(device_id, root) / PROBE_FILE
+    try:
+        kept = json.loads(path.read_text())
+        return float(kept["best_s"]), float(kept["worst_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def describe_placements(device_id: str, root: str | Path | None = None) -> str:
+    """One line for `cdmpp env`: what the device's probe history says about placements."""
+    kept = probe_history(device_id, root)
+    if kept is None:
+        return "placements not probed yet (`cdmpp e2e --measure` probes them)"
+    best, worst = kept
+    span = f"memory probe {1e3 * best:.2f}-{1e3 * worst:.2f} ms"
+    if has_two_placements(best, worst):
+        return (f"placements two seen ({span}): a network can run up to 28% apart in them; "
+                "`cdmpp e2e --measure` times it in both")
+    return f"placements one seen ({span})"
