@@ -2,14 +2,15 @@
 
 On the Zen 5 VM (2026-11-25) the host moved our two vCPUs between two placements every 10-90 s,
 about half the time in each. The reference kernel (a matmul that fits in L2) ran the same in
-both; a kernel streaming 64 MiB (twice the L3) did not: 1.2-1.4 ms in one placement, 2.4-2.9 ms
-in the other. Its fast placement is the one with two L3 caches (each thread with its own link to
-memory), and there data passed from kernel to kernel crosses caches: MobileNet-V2 at batch 4
-(tuned) ran 51-54 ms whole against 40-42 ms in the other placement, while its kernels timed
-alone ran within 5% of each other in both (docs/measurement.md, "Two placements").
+both; a kernel streaming 64 MiB (twice the L3) did not: 1.2-1.6 ms in one placement, 2.4-3.3 ms
+in the other. In the fast one MobileNet-V2 at batch 4 (tuned) ran 51-54 ms whole against
+40-42 ms in the other, while its kernels timed alone ran within 1.3% of each other in both
+(docs/measurement.md, "Two placements of the threads"). That fits (we cannot see the host) the
+two threads sitting on two L3 caches, each with its own link to memory, so that data passed
+from kernel to kernel crosses caches.
 
 The probe's time is kept with each pass (`types.PassStats.memory_probe_s`); the device's
-fastest and slowest probe ever are kept in `<cache>/devices/<id>/memory_probe.json`, so a run
+fastest probe and slowest run are kept in `<cache>/devices/<id>/memory_probe.json`, so a run
 that saw only one placement can tell whether the device has another.
 """
 

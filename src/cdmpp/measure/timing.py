@@ -14,7 +14,7 @@ Interference on shared VMs comes in bursts that slow everything for seconds. So:
   re-timed later with `cdmpp collect --remeasure-disturbed`.
 The label is the minimum over all repeats of all passes (see types.Measurement).
 With `Protocol(memory_probe=True)` a memory-streaming kernel is also timed before each pass: it
-sees the host placing our threads on one cache or two, which the reference kernel (it fits in
+tells which of two placements the host gave our threads, which the reference kernel (it fits in
 L2) cannot (`measure.placement`).
 A program whose runs each take `min_repeat_ms` or more is timed by time_evaluator in its first
 pass only (which warms it up), then run by run without another warm-up.
