@@ -71,7 +71,7 @@ def remember_memory_probe(device_id: str, probe_s, root: str | Path | None = Non
                           ) -> tuple[float, float]:
     """Fold a run's probe times into the device's (fastest, slowest) and return them. The
     fastest is the fastest probe ever; the slowest is the slowest run's *median* probe, so a
-    single disturbed probe (seen here: 1.5x in a busy second) does not make a second placement.
+    single disturbed probe (seen here: 1.48x in a busy second) does not make a second placement.
     An unreadable file is replaced; a cache that cannot be written is reported on stderr."""
     times = [float(t) for t in probe_s if t]
     if not times or min(times) <= 0:
