@@ -111,9 +111,9 @@ def table(rows) -> str:
                 if errors:
                     lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
                                  f" worst {100 * max(errors):.1f}% over {len(errors)} networks")
-            for state in sorted({s for r in rows for s in r.get("by_placement", {})}):
+            for state in sorted({s for r in rows for s in r["by_placement"]}):
                 errors = [r["by_model"][m]["predicted_s"] / r["by_placement"][state] - 1
-                          for r in rows if state in r.get("by_placement", {})]
+                          for r in rows if state in r["by_placement"]]
                 lines.append(f"{m} vs the {state} placement alone: mean |error| "
                              f"{100 * sum(map(abs, errors)) / len(errors):.1f}%, within 10% "
                              f"{sum(abs(e) <= 0.10 for e in errors)} of {len(errors)}")

@@ -16,14 +16,10 @@ that saw only one placement can tell whether the device has another.
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 from pathlib import Path
 
-from cdmpp.atomic import write_text_atomic
-from cdmpp.clock import now_iso
-from cdmpp.paths import device_dir
+from cdmpp.measure.reference import read_kept, write_kept
 
 PROBE_FILE = "memory_probe.json"
 PROBE_MIB = 64  # twice the largest L3 seen here: the probe streams from memory, not a cache
@@ -77,27 +73,17 @@ def remember_memory_probe(device_id: str, probe_s, root: str | Path | None = Non
     if not times or min(times) <= 0:
         raise ValueError(f"probe times must be positive, got {list(probe_s)}")
     fastest, typical = min(times), float(statistics.median(times))
-    path = device_dir(device_id, root) / PROBE_FILE
     best, worst = probe_history(device_id, root) or (float("inf"), 0.0)
     new_best, new_worst = min(best, fastest), max(worst, typical)
     if (new_best, new_worst) != (best, worst):
-        try:
-            write_text_atomic(path, json.dumps({"device_id": device_id, "best_s": new_best,
-                                                "worst_s": new_worst,
-                                                "updated": now_iso()}) + "\n")
-        except OSError as e:  # a cache that cannot be written must not lose a measurement
-            print(f"cdmpp: could not record the memory probe in {path}: {e}", file=sys.stderr)
+        write_kept(device_id, PROBE_FILE, {"best_s": new_best, "worst_s": new_worst},
+                   "the memory probe", root)
     return new_best, new_worst
 
 
 def probe_history(device_id: str, root: str | Path | None = None) -> tuple[float, float] | None:
     """The device's (fastest probe, slowest run) so far; None if never probed or unreadable."""
-    path = device_dir(device_id, root) / PROBE_FILE
-    try:
-        kept = json.loads(path.read_text())
-        return float(kept["best_s"]), float(kept["worst_s"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return read_kept(device_id, PROBE_FILE, ("best_s", "worst_s"), root)
 
 
 def describe_placements(device_id: str, root: str | Path | None = None) -> str:
