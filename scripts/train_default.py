@@ -104,12 +104,17 @@ def main() -> int:
                         help="ModelConfig.readout (default: its default)")
     parser.add_argument("--relative-positions", action=argparse.BooleanOptionalAction,
                         default=None, help="ModelConfig.relative_positions (default: its default)")
+    parser.add_argument("--for-device", default=None, metavar="ID",
+                        help="train cdmpp on every device's records, each with its device "
+                        "vector, fitted for device ID (as `cdmpp train --for-device`); the "
+                        "XGBoost baseline and the ensemble's XGBoost, which have no device "
+                        "input, train on ID's records only")
     args = parser.parse_args()
 
     from dataclasses import replace
 
     from cdmpp.baselines import make_baseline
-    from cdmpp.dataset.devices import one_device
+    from cdmpp.dataset.devices import device_counts, device_vector_of, one_device, require_device
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
@@ -125,14 +130,24 @@ def main() -> int:
         taken = cut_sample(find_databases(own[-1])[0], sample_dir, args.sample_tasks,
                            args.sample_per_task, args.seed) if own else set()
         store = open_store(data, args.store)
-        samples = one_device(store.samples(databases=data))  # the shipped model has no device input
+        samples = store.samples(databases=data)
+        joint = args.for_device is not None
+        if joint:
+            require_device(samples, args.for_device)
+        else:  # the shipped model has no device input
+            samples = one_device(samples)
         ids = zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist())
         rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
-        train = labeled(store, samples, rows)
+        train = labeled(store, samples, rows, with_device=joint)
         weight = np.where(default_program_mask(samples, rows), args.default_weight, 1.0)
+        device_id = args.for_device or samples.column("device_id")[0].as_py()
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
-                "device_id": samples.column("device_id")[0].as_py(),
+                "device_id": device_id,
                 "default_weight": args.default_weight, "held_out_sample": len(taken)}
+        if joint:
+            counts = device_counts(samples.take(rows))
+            info["devices"] = {d: c["records"] for d, c in counts.items()}
+            vector = device_vector_of(store, samples, device_id)
         config = replace(TrainConfig(), seed=args.seed,
                          **({"epochs": args.epochs} if args.epochs else {}))
         print(f"training on {len(rows)} records ({len(taken)} held out as sample data)")
@@ -146,10 +161,21 @@ def main() -> int:
             seeds.append(CDMPPRegressor(model_config, train_config=replace(
                 config, seed=args.seed + i), progress=True).fit(
                 train.programs, train.latency_s, sample_weight=weight))
+            if joint:  # given no device vector, the model predicts for this device
+                seeds[-1].device_vector_ = vector
         model = seeds[0]
         default = model if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
         save_estimator(default, ASSETS / "models" / "default",
                        trained_on=dict(info, seeds=list(range(args.seed, args.seed + args.seeds))))
+        if joint:  # the baselines have no device input: the fitted device's records only
+            mine = [i for i, d in enumerate(samples.column("device_id").to_pylist())
+                    if d == device_id]
+            train = labeled(store, samples, np.intersect1d(rows, mine))
+            info = {k: v for k, v in info.items() if k != "devices"}
+            mine_dbs = [Path(db).resolve() for db in counts[device_id]["databases"]]
+            info.update(records=len(train.latency_s), databases=[
+                str(spec) for spec, root in zip(args.data, data)
+                if any(db.is_relative_to(Path(root).resolve()) for db in mine_dbs)])
         xgb = make_baseline("xgb", seed=args.seed).fit(train.programs, train.latency_s)
         save_estimator(xgb, ASSETS / "models" / "xgb", trained_on=info)
         xgb_work = make_baseline("xgb", seed=args.seed, per_work=True).fit(train.programs,
