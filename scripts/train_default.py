@@ -168,9 +168,8 @@ def main() -> int:
         save_estimator(default, ASSETS / "models" / "default",
                        trained_on=dict(info, seeds=list(range(args.seed, args.seed + args.seeds))))
         if joint:  # the baselines have no device input: the fitted device's records only
-            mine = [i for i, d in enumerate(samples.column("device_id").to_pylist())
-                    if d == device_id]
-            train = labeled(store, samples, np.intersect1d(rows, mine))
+            devices = np.array(samples.column("device_id").to_pylist())
+            train = labeled(store, samples, rows[devices[rows] == device_id])
             info = {k: v for k, v in info.items() if k != "devices"}
             mine_dbs = [Path(db).resolve() for db in counts[device_id]["databases"]]
             info.update(records=len(train.latency_s), databases=[
