@@ -114,7 +114,7 @@ def main() -> int:
     from dataclasses import replace
 
     from cdmpp.baselines import make_baseline
-    from cdmpp.dataset.devices import device_counts, device_vector_of, one_device, require_device
+    from cdmpp.dataset.devices import device_counts, device_vector_of, training_samples
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
@@ -131,16 +131,12 @@ def main() -> int:
                            args.sample_per_task, args.seed) if own else set()
         store = open_store(data, args.store)
         samples = store.samples(databases=data)
-        joint = args.for_device is not None
-        if joint:
-            require_device(samples, args.for_device)
-        else:  # the shipped model has no device input
-            samples = one_device(samples)
+        joint = args.for_device is not None  # else the shipped model has no device input
+        samples, device_id = training_samples(samples, for_device=args.for_device)
         ids = zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist())
         rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
         train = labeled(store, samples, rows, with_device=joint)
         weight = np.where(default_program_mask(samples, rows), args.default_weight, 1.0)
-        device_id = args.for_device or samples.column("device_id")[0].as_py()
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
                 "device_id": device_id,
                 "default_weight": args.default_weight, "held_out_sample": len(taken)}

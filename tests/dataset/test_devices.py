@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from cdmpp.dataset.devices import device_counts, one_device
+from cdmpp.dataset.devices import device_counts, one_device, training_samples
 
 
 def _samples(devices, dbs):
@@ -32,3 +32,22 @@ def test_choosing_a_device_keeps_only_its_records():
 def test_choosing_an_absent_device_names_the_ones_present():
     with pytest.raises(ValueError, match=r"no record of device 'c'.*a \(1 records"):
         one_device(_samples(["a"], ["db1"]), "c")
+
+
+def test_a_fit_for_one_device_keeps_every_device_and_names_it():
+    s = _samples(["a", "b", "b"], ["db1", "db2", "db2"])
+    kept, device = training_samples(s, for_device="b")
+    assert kept is s and device == "b"
+    with pytest.raises(ValueError, match=r"no record of device 'c'"):
+        training_samples(s, for_device="c")
+    with pytest.raises(ValueError, match="two ways to train"):
+        training_samples(s, for_device="b", device="a")
+
+
+def test_a_fit_without_device_input_keeps_one_device_and_names_it():
+    s = _samples(["a", "b", "b"], ["db1", "db2", "db2"])
+    kept, device = training_samples(s, device="b")
+    assert kept.column("db").to_pylist() == ["db2", "db2"] and device == "b"
+    assert training_samples(_samples(["a"], ["db1"]))[1] == "a"
+    with pytest.raises(ValueError, match="2 devices"):
+        training_samples(s)

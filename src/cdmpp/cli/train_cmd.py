@@ -84,8 +84,7 @@ def _table_row(name: str, m: dict) -> str:
 def run_train(args) -> int:
     from dataclasses import replace
 
-    from cdmpp.dataset.devices import (device_counts, device_vector_of, one_device,
-                                       require_device)
+    from cdmpp.dataset.devices import device_counts, device_vector_of, training_samples
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.dataset.splits import make_split
     from cdmpp.evaluate.metrics import summary
@@ -102,14 +101,8 @@ def run_train(args) -> int:
     import numpy as np
 
     with_device = args.for_device is not None
-    if with_device:
-        if args.device is not None:
-            raise ValueError("--device (one device's records) and --for-device (every "
-                             "device's, with the device encoder) are two ways to train: give "
-                             "one")
-        require_device(samples, args.for_device)
-    else:
-        samples = one_device(samples, args.device)
+    samples, device_id = training_samples(samples, for_device=args.for_device,
+                                          device=args.device)
     if args.split:
         split = make_split(samples, args.split, seed=args.seed)
         split.save(store.path)
@@ -138,7 +131,7 @@ def run_train(args) -> int:
     model = members[0] if len(members) == 1 else EnsembleRegressor.from_fitted(members)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
                   "default_weight": args.default_weight, "seeds": list(seeds),
-                  "device_id": args.for_device or samples.column("device_id")[0].as_py(),
+                  "device_id": device_id,
                   "split": split.name if split else None}
     if with_device:
         trained_on["devices"] = {device: c["records"]

@@ -65,6 +65,25 @@ def require_device(samples, device: str) -> None:
     _require(device_counts(samples), device)
 
 
+def training_samples(samples, *, for_device: str | None = None, device: str | None = None):
+    """(samples, device_id): the records a model trains on, and the device it predicts for.
+
+    With `for_device` (a multi-device fit, the device encoder on): every device's records,
+    `for_device` among them. Without: one device's records (`one_device`), since a model with
+    no device input must not see two devices' labels as one. Raises ValueError naming the
+    devices there are when the choice cannot be met.
+    """
+    if for_device is not None:
+        if device is not None:
+            raise ValueError("--device (one device's records) and --for-device (every "
+                             "device's, with the device encoder) are two ways to train: give "
+                             "one")
+        require_device(samples, for_device)
+        return samples, for_device
+    samples = one_device(samples, device)
+    return samples, samples.column("device_id")[0].as_py()
+
+
 def device_vector_of(store, samples, device: str):
     """float64 (D,): the device vector of `device`, from the device.json the store kept."""
     import numpy as np
