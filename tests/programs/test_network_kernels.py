@@ -50,6 +50,31 @@ def test_collected_kernels_form_a_tuning_database_for_their_network(tmp_path):
     assert names == {t.name for t in tasks}
     tuned = lower_network(import_network("tiny_mlp", 2), target, tuning_db=tmp_path)
     assert all(k.tuned for k in tuned.kernels)
+    _assert_kernels_are_the_measured_programs(tuned, tmp_path)
+
+
+def _assert_kernels_are_the_measured_programs(tuned, db_path):
+    """Each kernel the tuned network runs has the features of the database record TVM
+    applied (its best one), rebuilt as the store rebuilds a record: the model predicts, for a
+    tuned network, exactly the programs that were timed."""
+    from cdmpp.e2e.kernels import workload_module
+    from cdmpp.features import extract
+    from cdmpp.features.programs import measured_program
+    from cdmpp.measure import tvm_codec
+    from cdmpp.measure.database import load_database
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    records = load_database(db_path).records
+    for k in tuned.kernels:
+        best = tuned.database.query_tuning_record(workload_module(k, untuned=True),
+                                                  tvm.target.Target(tuned.target), "main")
+        trace, shash = tvm_codec.trace_to_json(best.trace), tvm_codec.structural_hash(
+            best.workload.mod)
+        [record] = [r for r in records if r.trace_json == trace
+                    and tvm_codec.structural_hash(r.workload.mod()) == shash]
+        assert extract(measured_program(record), record.target) == extract(k.func,
+                                                                             tuned.target)
 
 
 def test_an_onnx_file_gives_its_kernels_at_each_batch(tmp_path, capsys, tiny_onnx):
