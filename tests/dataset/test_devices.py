@@ -51,3 +51,5 @@ def test_a_fit_without_device_input_keeps_one_device_and_names_it():
     assert training_samples(_samples(["a"], ["db1"]))[1] == "a"
     with pytest.raises(ValueError, match="2 devices"):
         training_samples(s)
+    with pytest.raises(ValueError, match="no usable record"):
+        training_samples(_samples([], []))

@@ -71,8 +71,10 @@ def training_samples(samples, *, for_device: str | None = None, device: str | No
     With `for_device` (a multi-device fit, the device encoder on): every device's records,
     `for_device` among them. Without: one device's records (`one_device`), since a model with
     no device input must not see two devices' labels as one. Raises ValueError naming the
-    devices there are when the choice cannot be met.
+    devices there are when the choice cannot be met, or when there is no record at all.
     """
+    if not samples.num_rows:
+        raise ValueError("the given databases hold no usable record to train on")
     if for_device is not None:
         if device is not None:
             raise ValueError("--device (one device's records) and --for-device (every "
