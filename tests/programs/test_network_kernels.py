@@ -71,8 +71,7 @@ def _assert_kernels_are_the_measured_programs(tuned, db_path):
                                                   tvm.target.Target(tuned.target), "main")
         trace, shash = tvm_codec.trace_to_json(best.trace), tvm_codec.structural_hash(
             best.workload.mod)
-        [record] = [r for r in records if r.trace_json == trace
-                    and tvm_codec.structural_hash(r.workload.mod()) == shash]
+        [record] = [r for r in records if r.trace_json == trace and r.workload.shash == shash]
         assert extract(measured_program(record), record.target) == extract(k.func,
                                                                              tuned.target)
 
