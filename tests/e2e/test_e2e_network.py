@@ -87,11 +87,10 @@ def test_unknown_network_names_the_choices():
         spec("resnet-18")
 
 
-def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_path):
-    from cdmpp.e2e.kernels import lower_network, workload_module
-    from cdmpp.e2e.networks import import_network
-    from cdmpp.features import extract
-    from cdmpp.features.compact_ast import FOR_PARALLEL
+def _tuning_database(lowered, device, path):
+    """A JSON database at `path` with one record: tiny_mlp's first kernel, its outer loop
+    parallel, timed 1 us. Returns (untuned network, that kernel)."""
+    from cdmpp.e2e.kernels import workload_module
     from cdmpp.tvm_env import import_tvm, meta_schedule
 
     tvm, ms = import_tvm(), meta_schedule()
@@ -101,11 +100,20 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
     kernel = untuned.kernels[0]
     sch = s_tir.Schedule(workload_module(kernel))
     sch.parallel(sch.get_loops(sch.get_sblock("matmul"))[0])
-    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    db = ms.database.JSONDatabase(work_dir=str(path))
     db.commit_tuning_record(ms.database.TuningRecord(
         sch.trace, db.commit_workload(workload_module(kernel)), [1e-6],
         tvm.target.Target(device.target), ms.arg_info.ArgInfo.from_prim_func(kernel.func)))
+    return untuned, kernel
 
+
+def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_path):
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.features import extract
+    from cdmpp.features.compact_ast import FOR_PARALLEL
+
+    untuned, kernel = _tuning_database(lowered, device, tmp_path)
     tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
     assert [(k.name, k.tuned) for k in tuned.kernels] == [(kernel.name, True),
                                                           (untuned.kernels[1].name, False)]
@@ -125,3 +133,21 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
         database_latencies(untuned, tmp_path)
     with pytest.raises(FileNotFoundError, match="not a TVM JSON database"):
         lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "x")
+
+
+def test_a_tuning_database_with_unreadable_lines_is_read_without_them(lowered, device, tmp_path):
+    # TVM's own reader crashes the process on a blank line: the lines are read by ours first
+    from cdmpp.e2e.kernels import database_latencies, lower_network
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.measure.database import RECORD_FILE, WORKLOAD_FILE
+
+    _, kernel = _tuning_database(lowered, device, tmp_path)
+    records = tmp_path / RECORD_FILE
+    good = records.read_text()
+    records.write_text("\n" + good + good[: len(good) // 2] + "\n")  # blank, good, truncated
+    with (tmp_path / WORKLOAD_FILE).open("a") as f:
+        f.write("\n")
+    with pytest.warns(UserWarning, match=r"3 lines cannot be read .*database_workload.json:2"):
+        tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
+    assert [k.tuned for k in tuned.kernels] == [True, False]
+    assert database_latencies(tuned) == {kernel.name: 1e-6}

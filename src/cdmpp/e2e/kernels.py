@@ -18,7 +18,9 @@ passes, then TVM's default TIR pipeline), so what is predicted is what is measur
 
 from __future__ import annotations
 
+import json
 import os
+import warnings
 from dataclasses import dataclass, field
 
 from cdmpp.tvm_env import import_tvm
@@ -124,10 +126,45 @@ def open_tuning_database(tuning_db):
 
     if tuning_db is None or not isinstance(tuning_db, (str, os.PathLike)):
         return tuning_db
+    from cdmpp.measure.database import load_database
+
     path = Path(tuning_db)
     if not (path / "database_workload.json").is_file():
         raise FileNotFoundError(f"{path} is not a TVM JSON database (no database_workload.json)")
-    return meta_schedule().database.JSONDatabase(work_dir=str(path))
+    # TVM's own reader crashes the process on a blank line and names no line on a broken one:
+    # read the lines with ours first. Failed timings (TVM's 1e10 marker) are lines TVM reads.
+    unreadable = [s for s in load_database(path, strict=False).skipped
+                  if not s.reason.startswith("bad timing")]
+    if not unreadable:
+        return meta_schedule().database.JSONDatabase(work_dir=str(path))
+    n = len(unreadable)
+    warnings.warn(f"{path}: {n} line{'s' * (n != 1)} cannot be read and {'are' if n != 1 else 'is'}"
+                  f" left out of the tuning database (first: {unreadable[0]}); `cdmpp db "
+                  f"{path}` lists them", stacklevel=2)
+    return _readable_lines_database(path, {(s.file, s.line) for s in unreadable})
+
+
+def _readable_lines_database(path, unreadable: set):
+    """A meta_schedule MemoryDatabase of the lines of JSON database `path` that are not in
+    `unreadable` ((file, 1-based line) pairs), workload indices kept as the file has them."""
+    from cdmpp.measure.database import RECORD_FILE, WORKLOAD_FILE
+    from cdmpp.measure.tvm_codec import decode_workload, parse_ffi_json
+    from cdmpp.tvm_env import meta_schedule
+
+    ms = meta_schedule()
+    database = ms.database.MemoryDatabase()
+    wl_file, rec_file = path / WORKLOAD_FILE, path / RECORD_FILE
+    workloads = {}
+    for i, text in enumerate(wl_file.read_text(encoding="utf-8").splitlines()):
+        if (str(wl_file), i + 1) not in unreadable and text.strip():
+            workloads[i] = database.commit_workload(decode_workload(json.loads(text)).mod)
+    for i, text in enumerate(rec_file.read_text(encoding="utf-8").splitlines()):
+        if (str(rec_file), i + 1) in unreadable or not text.strip():
+            continue
+        index, record = json.loads(text)
+        database.commit_tuning_record(
+            ms.database.TuningRecord.from_json(parse_ffi_json(record), workloads[index]))
+    return database
 
 
 def _passes(target):

@@ -22,10 +22,16 @@ def _json_stringify():
     return tvm_ffi.get_global_func("ffi.json.Stringify")
 
 
+def parse_ffi_json(obj):
+    """Plain JSON (lists, dicts, numbers, strings) -> the FFI JSON objects TVM's `from_json`
+    methods take."""
+    return _json_parse()(json.dumps(obj))
+
+
 def decode_workload(workload_json: list):
     """`[shash, encoded_mod]` -> meta_schedule `Workload`."""
     ms = meta_schedule()
-    return ms.database.Workload.from_json(_json_parse()(json.dumps(workload_json)))
+    return ms.database.Workload.from_json(parse_ffi_json(workload_json))
 
 
 def encode_workload(mod) -> list:
