@@ -14,6 +14,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _new_file_mode())  # mkstemp makes it 0600; others may share the data
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -23,3 +24,10 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         os.unlink(tmp)
         raise
     return path
+
+
+def _new_file_mode() -> int:
+    """The mode `open(path, "w")` gives a new file: 0666 less the process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
