@@ -37,6 +37,31 @@ def test_incremental_build_extracts_only_what_is_new(fixture_dbs, tmp_path):
     assert FeatureStore(tmp_path / "store").samples().num_rows == 12  # no duplicated samples
 
 
+def test_an_interrupted_build_keeps_what_it_extracted(fixture_dbs, tmp_path, monkeypatch):
+    import pytest
+
+    import cdmpp.features.build as build
+
+    monkeypatch.setattr(build, "FLUSH_PROGRAMS", 2)  # a shard every 2 new programs
+    real, calls = build._extract_chunk, []
+
+    def interrupted(chunk):  # Ctrl-C while the third job runs
+        calls.append(len(chunk))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(chunk)
+
+    monkeypatch.setattr(build, "_extract_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    kept = len(FeatureStore(tmp_path / "store").keys)
+    assert kept == calls[0] + calls[1] >= 2  # the first two jobs' programs, in shards
+    monkeypatch.setattr(build, "_extract_chunk", real)
+    again = build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    assert again.extracted == 9 - kept and again.failures == []
+    assert len(FeatureStore(tmp_path / "store").keys) == 9
+
+
 def test_broken_records_are_reported_and_the_rest_extracted(fixture_dbs, tmp_path):
     db = fixture_dbs[0]
     lines = (db / "database_tuning_record.json").read_text().splitlines()

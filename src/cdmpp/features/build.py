@@ -17,6 +17,9 @@ from cdmpp.gc_scope import heap_frozen
 from cdmpp.measure.database import find_databases, load_database
 
 _CHUNK = 32  # records per extraction job: one workload decode serves the whole chunk
+# `build_store` writes a shard each time this many new programs are extracted: an interrupted
+# run keeps them (the next run extracts only the rest), and they are not all held in memory
+FLUSH_PROGRAMS = 4096
 
 
 @dataclass
@@ -70,10 +73,12 @@ def _chunks(keyed):
 
 @heap_frozen()
 def extract_programs(records, *, workers: int | None = None, progress: bool = False,
-                     keys=None) -> tuple[dict, dict]:
+                     keys=None, flush=None) -> tuple[dict, dict]:
     """Compact ASTs of the records' programs, extracted in parallel (forked workers that
     inherit the imported TVM). Returns ({key: CompactAST}, {key: error message}).
-    `keys`: the records' program keys if the caller has them (else they are computed)."""
+    `keys`: the records' program keys if the caller has them (else they are computed).
+    `flush`: called with every FLUSH_PROGRAMS new ASTs ({key: CompactAST}) as they come, and
+    with the rest at the end; those are then not returned (the first dict is empty)."""
     from tqdm import tqdm
 
     from cdmpp.features import FEATURE_VERSION
@@ -84,7 +89,19 @@ def extract_programs(records, *, workers: int | None = None, progress: bool = Fa
     unique: dict = {}
     for key, rec in zip(keys, records):  # one extraction per program, however many records
         unique.setdefault(key, rec)
-    results = []
+    good, errors = {}, {}
+
+    def take(part) -> None:
+        nonlocal good
+        for key, _, ast, error in part:
+            if error is None:
+                good[key] = ast
+            else:
+                errors[key] = error
+        if flush is not None and len(good) >= FLUSH_PROGRAMS:
+            flush(good)
+            good = {}
+
     if unique:
         import_tvm()  # before forking: the workers inherit it
         chunks = list(_chunks(unique.items()))
@@ -93,18 +110,19 @@ def extract_programs(records, *, workers: int | None = None, progress: bool = Fa
         n_workers = min(workers or len(os.sched_getaffinity(0)), len(chunks))
         if n_workers <= 1:
             for chunk in chunks:
-                results += _extract_chunk(chunk)
+                take(_extract_chunk(chunk))
                 bar.update(len(chunk))
         else:
             ctx = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
                 for fut in as_completed([pool.submit(_extract_chunk, c) for c in chunks]):
                     part = fut.result()
-                    results += part
+                    take(part)
                     bar.update(len(part))
         bar.close()
-    good = {key: ast for key, _, ast, error in results if error is None}
-    errors = {key: error for key, _, _, error in results if error is not None}
+    if flush is not None and good:
+        flush(good)
+        good = {}
     return good, errors
 
 
@@ -195,12 +213,15 @@ def build_store_from(loaded, out: str | Path, *, workers: int | None = None,
             todo.append(rec)
             todo_keys.append(key)
 
-    good, errors = extract_programs(todo, workers=workers, progress=progress, keys=todo_keys)
+    def flush(asts) -> None:  # a shard per batch: an interrupted run keeps what it did
+        report.extracted += add_shard(out, asts)
+
+    _, errors = extract_programs(todo, workers=workers, progress=progress, keys=todo_keys,
+                                 flush=flush)
     for rec, key in zip(todo, todo_keys):
         if key in errors:
             report.failures.append({"db": rec.db, "record_index": rec.record_index,
                                     "line": rec.record_index + 1, "reason": errors[key]})
-    report.extracted = add_shard(out, good)
     failed_keys = set(errors)
 
     # samples: replace rows of the same (db, record_index), keep the others
