@@ -108,6 +108,12 @@ class PredictionResult:
         if m is not None:
             text += (f"; vs measured ({m['n']} records): MAPE {100 * m['mape']:.1f}%, median APE "
                      f"{100 * m['median_ape']:.1f}%, within ±10% {100 * m['within_10']:.1f}%")
+        invalid = sum(not (np.isfinite(p.predicted_latency_s) and p.predicted_latency_s > 0)
+                      for p in self.predictions)
+        if invalid:
+            text += (f"; WARNING: {invalid} predictions are not a positive finite latency (NaN, "
+                     "0 or infinite): the model is broken for these programs, and the figures "
+                     "above leave them out")
         return text
 
 

@@ -120,6 +120,9 @@ def test_user_errors_exit_2(trained, fixture_dbs, tmp_path, capsys):
         code, _, err = _predict("default", [str(fixture_dbs[0])], tmp_path / "p.csv", store, capsys)
         assert code == 2 and "cdmpp predict: error:" in err and "no 'default' model" in err
     assert not (tmp_path / "p.csv").exists()
+    (tmp_path / "a_dir").mkdir()  # --out names a directory: one line, no traceback
+    code, _, err = _predict(model, [str(fixture_dbs[0])], tmp_path / "a_dir", store, capsys)
+    assert code == 2 and "cdmpp predict: error:" in err and "a_dir" in err
 
 
 def test_each_database_is_read_once(trained, fixture_dbs, tmp_path, monkeypatch):
@@ -191,3 +194,16 @@ def test_without_model_the_databases_device_chooses_it(fixture_dbs, monkeypatch)
     assert model_for(database_devices(dbs)) == "zen5" and asked == [one.device_id]
     save_device(fixture_dbs[0], local_device(threads=2))  # two devices: no single choice
     assert model_for(database_devices(dbs)) == "default" and len(asked) == 1
+
+
+def test_predictions_that_are_not_a_latency_are_called_out():
+    from cdmpp.predict import Prediction, PredictionResult
+
+    def row(i, predicted):
+        return Prediction("db", i, "h", predicted, 1e-3)
+
+    ok = PredictionResult([row(0, 1.1e-3), row(1, 0.9e-3)], databases=1)
+    assert "WARNING" not in ok.summary() and "MAPE 10.0%" in ok.summary()
+    broken = PredictionResult([row(0, 1.1e-3), row(1, float("nan")), row(2, 0.0)], databases=1)
+    assert "WARNING: 2 predictions are not a positive finite latency" in broken.summary()
+    assert broken.metrics()["n"] == 1

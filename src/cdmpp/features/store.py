@@ -124,6 +124,7 @@ class FeatureStore:
         """The samples table (pyarrow), one row per measured record; with `databases` (paths
         of databases, or folders of them), only their records: a store is shared by every
         command, and training on `--data A` must not pick up what an earlier run added."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         path = self.path / SAMPLES_FILE
@@ -139,7 +140,7 @@ class FeatureStore:
         wanted = {str(Path(db).resolve()) for root in databases for db in find_databases(root)}
         keep = [i for i, db in enumerate(table.column("db").to_pylist())
                 if str(Path(db).resolve()) in wanted]
-        return table.take(keep)
+        return table.take(pa.array(keep, type=pa.int64()))  # typed: `keep` may be empty
 
     def devices(self) -> dict:
         """{device_id: Device} of the databases whose device.json the store has seen."""

@@ -154,6 +154,9 @@ class CDMPPRegressor:
         if eval_set is not None:
             return (programs, y, eval_set[0], check_latency(eval_set[1], len(eval_set[0])),
                     weight, None)
+        if len(programs) < 2:
+            raise ValueError(f"fit needs at least 2 programs (some are set aside to choose the "
+                             f"epoch), got {len(programs)}; or pass eval_set")
         rng = np.random.default_rng(tc.seed)
         tasks = sorted(set(programs.task)) if by_task and programs.task is not None else []
         if len(tasks) >= 2:
