@@ -93,6 +93,18 @@ def test_claim_directory(tmp_path, dev1, dev2):
     assert load_device(out) == dev1  # the stored device is untouched
 
 
+def test_claim_directory_refuses_records_of_an_unknown_device(tmp_path, dev1):
+    # a TVM database written elsewhere (no device.json): its records' device is unknown
+    out = tmp_path / "tvm-db"
+    out.mkdir()
+    (out / "database_tuning_record.json").write_text('[0, [[], [1e-3], {}, []]]\n')
+    with pytest.raises(DeviceMismatchError, match="already holds records but no device.json"):
+        claim_directory(out, dev1)
+    assert not (out / DEVICE_FILE).exists()
+    (out / "database_tuning_record.json").write_text("")  # an empty one is claimed
+    assert claim_directory(out, dev1) == dev1
+
+
 def test_device_vector_from_a_fixture_device_json():
     import json
     from pathlib import Path

@@ -277,6 +277,12 @@ def claim_directory(directory, device: Device) -> Device:
     """Bind DIR to `device` on first use; afterwards refuse any other device."""
     stored = load_device(directory)
     if stored is None:
+        records = Path(directory) / "database_tuning_record.json"  # the collector claims first
+        if records.is_file() and records.read_text(encoding="utf-8").strip():
+            raise DeviceMismatchError(
+                f"{directory} already holds records but no {DEVICE_FILE}: they were timed on a "
+                "device cdmpp cannot tell, and adding this device's would mix devices in one "
+                "database. Collect into another --out.")
         save_device(directory, device)
         return device
     if stored.device_id != device.device_id:

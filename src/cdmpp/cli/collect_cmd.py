@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+from pathlib import Path
 
-from cdmpp.cli import csv_list
+from cdmpp.cli import csv_list, positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -29,10 +31,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batches", type=csv_list, default=None, metavar="B,...",
                    help="batch sizes of --kernels-of (default: 1; an ONNX file: its own, open "
                         "batch dimensions bound to 1)")
-    p.add_argument("--programs-per-task", type=int, default=32, metavar="N")
-    p.add_argument("--passes", type=int, default=None, metavar="P",
+    p.add_argument("--programs-per-task", type=positive_int, default=32, metavar="N")
+    p.add_argument("--passes", type=positive_int, default=None, metavar="P",
                    help="timing passes per program (default: the protocol's)")
-    p.add_argument("--threads", type=int, default=None, metavar="T",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="threads used to run programs (default: all cores)")
     p.add_argument("--mcpu", default=None, metavar="NAME",
                    help="LLVM CPU to generate code for instead of this host's (e.g. "
@@ -134,6 +136,15 @@ def run(args) -> int:
     command = shlex.join(["cdmpp"] + sys.argv[1:])
     if args.remeasure_disturbed and args.retest is not None:
         raise ValueError("--remeasure-disturbed and --retest are two different runs: give one")
+    cores = len(os.sched_getaffinity(0))
+    if args.threads is not None and args.threads > cores:
+        raise ValueError(f"--threads {args.threads} is more than the {cores} cores this process "
+                         "may use: the timings would measure threads waiting for a core")
+    from cdmpp.measure.database import RECORD_FILE
+
+    if (args.remeasure_disturbed or args.retest is not None) and \
+            not (Path(args.out) / RECORD_FILE).is_file():
+        raise FileNotFoundError(f"{args.out} holds no collection ({RECORD_FILE}) to time again")
     if args.retest is not None:
         from cdmpp.measure.remeasure import retest
 
