@@ -44,6 +44,8 @@ def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered)
     part = r.with_database({first: 2e-5})  # the database lacks a kernel: no total
     assert part.database_replay_s is None and part.to_json()["database_replay_s"] is None
     assert "the tuning database times 1 of the 2 kernels" in format_table(part)
+    # one queue, a chain: the critical path is both calls (kernel time + per-call overhead)
+    assert f"critical path 2 of 2 calls, 0.042 ms busy; its longest call {first}" in table
 
 
 def test_json_has_the_stated_keys(lowered):

@@ -70,6 +70,14 @@ def format_table(result, top: int = 10) -> str:
         total = sum(k.kind != "builtin" for k in result.kernels)
         lines.append(f"the tuning database times {timed} of the {total} kernels: no replay of "
                      "its timings")
+    path = result.replay.critical_path
+    if path:
+        on_path = sum(result.replay.duration_s(i) for i in path)
+        heaviest = max(path, key=result.replay.duration_s)
+        lines.append(f"critical path {len(path)} of {len(result.graph)} calls, "
+                     f"{_ms(on_path)} ms busy; its longest call "
+                     f"{result.graph.nodes[heaviest].kernel} "
+                     f"({_ms(result.replay.duration_s(heaviest))} ms)")
     o = result.replay.overhead
     lines.append(f"overhead   {1e6 * o.per_call_s:.3f} us per kernel call, "
                  f"{1e6 * o.per_builtin_s:.3f} us per builtin, {1e6 * o.per_invoke_s:.3f} us "
