@@ -31,6 +31,21 @@ def test_retest_and_remeasure_are_one_or_the_other(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
+def test_collect_refuses_impossible_settings_before_writing(tmp_path, capsys):
+    import os
+
+    out = ["collect", "--ops", "softmax", "--out", str(tmp_path / "c")]
+    assert main(out + ["--retest", "5"]) == 2  # nothing collected there to time again
+    assert "holds no collection" in capsys.readouterr().err
+    too_many = len(os.sched_getaffinity(0)) + 1
+    assert main(out + ["--threads", str(too_many)]) == 2
+    assert f"--threads {too_many} is more than" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # 0 is refused, not read as "the default"
+        main(out + ["--passes", "0"])
+    assert "must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
 def test_retest_takes_a_count_or_all(tmp_path, capsys):
     from cdmpp.cli.collect_cmd import _retest_count
 
@@ -80,6 +95,12 @@ def test_db_names_a_few_workloads_and_counts_the_rest():
     shown = _names(many)
     assert shown.startswith("op000,op001") and shown.endswith(", ... 5 more")
     assert shown.count(",") == SHOWN_NAMES  # the names, then the count
+
+
+def test_split_of_no_store_is_a_clear_error(tmp_path, capsys):
+    assert main(["split", "--store", str(tmp_path / "nowhere"), "--split", "random"]) == 2
+    assert "nowhere is not a feature store" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_features_then_split(fixture_dbs, tmp_path, capsys):

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from cdmpp.cli.main import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -64,8 +66,9 @@ def test_seeds_trains_one_member_per_seed_and_saves_their_ensemble(tmp_path, cap
     assert not np.allclose(a, b)  # two seeds, two models
     np.testing.assert_allclose(model.predict(programs), np.sqrt(a * b), rtol=1e-6)
 
-    assert main(args[:-1] + ["0"]) == 2
-    assert "--seeds must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(args[:-1] + ["0"])
+    assert "argument --seeds: must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_refit_trains_again_for_the_chosen_epochs(tmp_path):
@@ -146,3 +149,17 @@ def test_for_device_refuses_an_absent_device_and_device_beside_it(tmp_path, caps
     assert main(common + ["--for-device", one_id, "--device", one_id]) == 2
     assert "give one" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_bad_split_or_model_names_fail_before_any_extraction(tmp_path, capsys, monkeypatch):
+    import cdmpp.features.build as build
+
+    monkeypatch.setattr(build, "open_store", lambda *a, **k: pytest.fail("extracted"))
+    data = ["--data", str(tmp_path / "db"), "--store", str(tmp_path / "store")]
+    assert main(["eval", *data, "--split", "random:0.5"]) == 2
+    assert "unknown split 'random:0.5'" in capsys.readouterr().err
+    assert main(["eval", *data, "--split", "random", "--models", "cdmpp,foo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model name(s) ['foo']" in err and "'xgb-work'" in err
+    assert main(["train", *data, "--out", str(tmp_path / "m"), "--split", "by-task:x"]) == 2
+    assert "unknown split" in capsys.readouterr().err

@@ -57,5 +57,6 @@ def test_saved_split_reloads_identically(store):
 def test_bad_specs_are_clear(store):
     with pytest.raises(ValueError, match="alexnet"):
         make_split(store.samples(), "by-network:alexnet")
-    with pytest.raises(ValueError, match="unknown split"):
-        make_split(store.samples(), "sideways")
+    for spec in ("sideways", "random:0.5", "by-task:x", "by-network:", "by-device"):
+        with pytest.raises(ValueError, match="unknown split"):
+            make_split(store.samples(), spec)

@@ -68,6 +68,14 @@ def test_incomplete_or_foreign_directories(xgb_model, tmp_path):
     assert (tmp_path / "data" / "keep.txt").exists()
 
 
+def test_damaged_model_files_name_the_model(xgb_model, tmp_path):
+    model, _ = xgb_model
+    out = save_estimator(model, tmp_path / "m")
+    (out / "model" / "params.json").write_text("")  # truncated by a full disk, say
+    with pytest.raises(ValueError, match=r"m: its model files cannot be read .*damaged"):
+        load_estimator(out)
+
+
 def test_other_feature_version_is_refused(xgb_model, tmp_path):
     model, _ = xgb_model
     out = save_estimator(model, tmp_path / "m")

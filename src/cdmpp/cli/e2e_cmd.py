@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from cdmpp.cli import non_negative_int, positive_int
+
 
 def add_parser(subparsers) -> None:
     from cdmpp.e2e.networks import NETWORKS
@@ -19,15 +21,15 @@ def add_parser(subparsers) -> None:
     src.add_argument("--network", choices=sorted(NETWORKS), metavar="NAME",
                      help=f"a built-in network: {', '.join(NETWORKS)}")
     src.add_argument("--onnx", metavar="FILE", help="an ONNX model (needs the onnx package)")
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=positive_int, default=None,
                    help="batch size: of a built-in network, or what an ONNX model's open "
                         "(symbolic) leading input dimension is bound to (default: 1)")
     p.add_argument("--tuning-db", metavar="DIR", default=None,
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (default "
-                        "calibrated on a Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained "
+                        "on both VMs' data, fitted for the Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
                         "XGBoost), or a directory written by save_estimator (default: the "
                         "shipped cdmpp model fitted for this machine's device, else default)")
     p.add_argument("--measure", action="store_true",
@@ -35,8 +37,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", metavar="OUT", default=None, help="write the result as JSON")
     p.add_argument("--plot", metavar="PNG", default=None,
                    help="breakdown figure (default: e2e-NETWORK-bBATCH.png; 'none': no figure)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels in the table")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--top", type=non_negative_int, default=10, metavar="N",
+                   help="kernels in the table")
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="threads TVM runs with (default: every core this process may use)")
     p.set_defaults(run=run)
 
@@ -50,8 +53,6 @@ def run(args) -> int:
 
     from cdmpp.model.registry import device_mismatch, for_device, load_estimator
 
-    if args.batch is not None and args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, got {args.batch}")
     spec = args.model
     if spec is not None:
         model = load_estimator(spec)  # first: a missing model fails before TVM work

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.metadata as md
 import platform
 
+from cdmpp.cli import positive_int
+
 PACKAGES = ("cdmpp", "apache-tvm", "apache-tvm-ffi", "torch", "xgboost", "numpy",
             "scikit-learn", "pyarrow", "tqdm", "psutil", "cloudpickle")
 DISTRIBUTIONS = {"xgboost": ("xgboost-cpu", "xgboost")}  # the same module, either wheel
@@ -12,7 +14,7 @@ DISTRIBUTIONS = {"xgboost": ("xgboost-cpu", "xgboost")}  # the same module, eith
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("env", help="print versions and the local device fingerprint")
-    p.add_argument("--threads", type=int, default=None, help="thread count to describe")
+    p.add_argument("--threads", type=positive_int, default=None, help="thread count to describe")
     p.add_argument("--json", action="store_true", help="print device.json instead of text")
     p.set_defaults(run=run)
 

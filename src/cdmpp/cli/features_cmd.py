@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cdmpp.cli import positive_int
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -11,7 +13,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--db", action="append", required=True, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable)")
     p.add_argument("--out", required=True, metavar="CACHE", help="feature store directory")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="processes (default: all cores)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run_features)
 
@@ -46,7 +49,12 @@ def run_split(args) -> int:
     from cdmpp.features.store import FeatureStore
 
     store = FeatureStore(args.store)
-    split = make_split(store.samples(), args.split, seed=args.seed)
+    samples = store.samples()
+    if not samples.num_rows:
+        raise FileNotFoundError(f"{args.store} is not a feature store with records (no "
+                                "samples.parquet): build one with `cdmpp features --db ... "
+                                f"--out {args.store}`")
+    split = make_split(samples, args.split, seed=args.seed)
     path = split.save(store.path)
     fit_on_split(store, split)
     print(f"split {split.name}: {len(split.train)} train, {len(split.test)} test, "

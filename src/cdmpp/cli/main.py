@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from cdmpp.cli import (calibrate_cmd, collect_cmd, db_cmd, e2e_cmd, env_cmd, features_cmd,
@@ -22,14 +23,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     args = build_parser().parse_args(argv)
+    # cdmpp's own warnings (bad lines left out, ...) as one line each, not with a source line
+    default_format = warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None):
+        if f"{os.sep}cdmpp{os.sep}" not in str(filename):  # a library's: as Python shows it
+            return default_format(message, category, filename, lineno, line)
+        return f"cdmpp {args.command}: warning: {message}\n"
+
+    warnings.formatwarning = one_line
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        # user-facing errors (bad input, device mismatch) end with one clear line, no traceback
+    except (ValueError, FileNotFoundError, RuntimeError, IsADirectoryError, NotADirectoryError,
+            PermissionError, FileExistsError) as e:
+        # user-facing errors (bad input, a path that is a directory or not writable, device
+        # mismatch) end with one clear line, no traceback
         print(f"cdmpp {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from cdmpp.cli import non_negative_int, positive_int
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -14,8 +16,8 @@ def add_parser(subparsers) -> None:
                     "measured_latency_s. Lines that are not records, or whose features cannot "
                     "be extracted, are reported on stderr and skipped.")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (default "
-                        "calibrated on a Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained "
+                        "on both VMs' data, fitted for the Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
                         "XGBoost), or a directory written by save_estimator (default: the "
                         "shipped cdmpp model fitted for the databases' one device, else default)")
     p.add_argument("--db", action="append", default=None, metavar="DIR",
@@ -25,9 +27,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--store", default=None, metavar="CACHE",
                    help="feature store used as a cache (default: $XDG_CACHE_HOME/cdmpp/features "
                         "or ~/.cache/cdmpp/features)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="feature-extraction processes (default: all cores)")
-    p.add_argument("--show", type=int, default=20, metavar="N",
+    p.add_argument("--show", type=non_negative_int, default=20, metavar="N",
                    help="print the first N predictions beside their measurements (0: none)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run)

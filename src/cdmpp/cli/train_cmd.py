@@ -5,13 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from cdmpp.cli import positive_int
+
 
 def _common(p) -> None:
     p.add_argument("--data", action="append", required=True, metavar="DIR",
                    help="TVM JSON database, or a folder of them (repeatable)")
     p.add_argument("--store", default=None, metavar="CACHE",
                    help="feature store (default: ~/.cache/cdmpp/features)")
-    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--epochs", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--refit", action="store_true",
                    help="after the validation tenth has chosen the epoch count, train again on "
@@ -19,7 +21,8 @@ def _common(p) -> None:
     p.add_argument("--rank-weight", type=float, default=None, metavar="R",
                    help="weight of the within-task ranking term added to the regression loss "
                         "(default: TrainConfig's; docs/model.md, \"Ranking term\")")
-    p.add_argument("--workers", type=int, default=None, help="feature extraction processes")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="feature extraction processes")
     p.add_argument("--device", default=None, metavar="ID",
                    help="use only this device's records (needed when the databases hold several)")
 
@@ -40,7 +43,7 @@ def add_parser(subparsers) -> None:
                         "save a model that predicts for device ID: what it learned on the "
                         "other devices carries to the few programs measured on ID "
                         "(docs/cross_device.md)")
-    t.add_argument("--seeds", type=int, default=1, metavar="K",
+    t.add_argument("--seeds", type=positive_int, default=1, metavar="K",
                    help="train K models (seeds S..S+K-1) and save their geometric-mean "
                         "ensemble: K times the training time, lower error on held-out "
                         "networks; the shipped default is K=3 (docs/model.md)")
@@ -86,14 +89,14 @@ def run_train(args) -> int:
 
     from cdmpp.dataset.devices import device_counts, device_vector_of, training_samples
     from cdmpp.dataset.loader import default_program_mask, labeled
-    from cdmpp.dataset.splits import make_split
+    from cdmpp.dataset.splits import make_split, parse_split_spec
     from cdmpp.evaluate.metrics import summary
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
     from cdmpp.model.registry import save_estimator
 
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, not {args.seeds}")
+    if args.split:
+        parse_split_spec(args.split)  # a bad spec fails before any extraction
     store = _store(args)
     samples = store.samples(databases=args.data)
     import numpy as np
@@ -148,17 +151,19 @@ def run_train(args) -> int:
 
 def run_eval(args) -> int:
     from cdmpp.dataset.devices import one_device
-    from cdmpp.dataset.splits import make_split
+    from cdmpp.dataset.splits import make_split, parse_split_spec
     from cdmpp.evaluate import report
-    from cdmpp.evaluate.run import compare
+    from cdmpp.evaluate.run import check_models, compare
 
+    parse_split_spec(args.split)  # bad arguments fail before any extraction
+    models = [m for m in args.models.split(",") if m]
+    check_models(models)
     store = _store(args)
     samples = store.samples(databases=args.data)
     if not args.split.startswith("by-device"):  # the one split whose sides are devices
         samples = one_device(samples, args.device)
     split = make_split(samples, args.split, seed=args.seed)
     split.save(store.path)
-    models = [m for m in args.models.split(",") if m]
     result = compare(store, split, models, train_config=_train_config(args), progress=True,
                      log=lambda msg: print(msg, file=sys.stderr))
     table = report.comparison_table(result.results, result.noise_floor())

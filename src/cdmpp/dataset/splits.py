@@ -134,17 +134,26 @@ def device_split(samples, devices) -> Split:
                  _ids(samples, np.flatnonzero(~test_mask)), _ids(samples, np.flatnonzero(test_mask)))
 
 
-def make_split(samples, spec: str, seed: int = 0) -> Split:
-    """A split from a command-line spec: random | by-task | by-network:A,B | by-device:ID,..."""
-    kind, _, arg = spec.partition(":")
+def parse_split_spec(spec: str) -> tuple[str, list[str]]:
+    """(kind, names) of a command-line split spec: random | by-task | by-network:A,B |
+    by-device:ID,...; a clear ValueError for anything else (checked before any data is read)."""
+    kind, colon, arg = spec.partition(":")
     names = [a for a in arg.split(",") if a]
+    if kind in ("random", "by-task") and not colon:
+        return kind, []
+    if kind in ("by-network", "by-device") and names:
+        return kind, names
+    raise ValueError(f"unknown split {spec!r}: use random, by-task, by-network:NAME,... "
+                     "or by-device:ID,...")
+
+
+def make_split(samples, spec: str, seed: int = 0) -> Split:
+    """A split from a command-line spec (`parse_split_spec`)."""
+    kind, names = parse_split_spec(spec)
     if kind == "random":
         return random_split(samples, seed=seed)
     if kind == "by-task":
         return task_split(samples, seed=seed)
-    if kind == "by-network" and names:
+    if kind == "by-network":
         return network_split(samples, names)
-    if kind == "by-device" and names:
-        return device_split(samples, names)
-    raise ValueError(f"unknown split {spec!r}: use random, by-task, by-network:NAME,... "
-                     "or by-device:ID,...")
+    return device_split(samples, names)

@@ -12,6 +12,7 @@ from cdmpp.evaluate.metrics import summary
 from cdmpp.model.config import ModelConfig, TrainConfig
 
 MODELS = ("cdmpp", "xgb", "mlp")
+KNOWN_MODELS = ("cdmpp", "cdmpp-seeds", "xgb", "xgb-work", "mlp", "ensemble")
 # "ensemble": the geometric mean of these two (cdmpp.model.ensemble), reusing them when the
 # same comparison already fitted them
 ENSEMBLE_MEMBERS = ("cdmpp", "xgb-work")
@@ -45,6 +46,14 @@ class Comparison:
                 "n": int(len(noise)), "disturbed": disturbed}
 
 
+def check_models(models) -> None:
+    """A clear ValueError, before anything is trained, for a name `compare` does not know."""
+    unknown = [m for m in models if m not in KNOWN_MODELS]
+    if unknown or not models:
+        raise ValueError(f"unknown model name(s) {unknown}: choose from {list(KNOWN_MODELS)}"
+                         if unknown else f"no model to compare: choose from {list(KNOWN_MODELS)}")
+
+
 def make_estimator(name: str, model_config: ModelConfig | None, train_config: TrainConfig | None,
                    progress: bool = False, checkpoint_dir=None):
     if name == "cdmpp":
@@ -63,9 +72,13 @@ def make_estimator(name: str, model_config: ModelConfig | None, train_config: Tr
 def compare(store, split, models=MODELS, model_config=None, train_config=None,
             progress: bool = False, log=print) -> Comparison:
     """Fit every model on the split's training side; predict its test side."""
+    check_models(models)
     train, test = split_data(store, split)
-    if not len(test.latency_s):
-        raise ValueError(f"split {split.name} has no test samples")
+    for side, data in (("training", train), ("test", test)):
+        if not len(data.latency_s):
+            raise ValueError(f"split {split.name} leaves no {side} samples "
+                             f"({len(train.latency_s)} train, {len(test.latency_s)} test): the "
+                             "data holds too few tasks or networks for it")
     out = Comparison(split, test.latency_s, test.noise_rel, test.clean_passes)
 
     base = train_config or TrainConfig()

@@ -36,8 +36,7 @@ KINDS = {
     "ensemble": ("cdmpp.model.ensemble", "EnsembleRegressor"),
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
-SHIPPED = {"default": "default", "xgb": "xgb", "mlp": "mlp", "ensemble": "ensemble",
-           "zen5": "zen5"}
+SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "zen5"}
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
 # (trained on the Zen 4 VM's data) and "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
@@ -167,7 +166,7 @@ def read_meta(spec: str | Path) -> dict:
 def load_estimator(spec: str | Path, *, check_features: bool = True):
     """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
     XGBoost baseline), "ensemble" (the shipped geometric mean of cdmpp and XGBoost on latency
-    per work), "mlp" (the shipped MLP, if any) or a directory written by
+    per work), "zen5" (fitted for the Zen 5 VM) or a directory written by
     `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
 
     With `check_features`, a model trained on another feature-extractor version is refused:
@@ -185,7 +184,11 @@ def load_estimator(spec: str | Path, *, check_features: bool = True):
     if not model_path.exists():
         raise FileNotFoundError(f"{path} has {META_FILE} but no {MODEL_NAME} "
                                 "(the model's own files): the directory is incomplete")
-    return estimator_class(meta["kind"]).load(model_path)
+    try:
+        return estimator_class(meta["kind"]).load(model_path)
+    except Exception as e:  # any reader's error (JSON, torch, numpy, xgboost): name the model
+        raise ValueError(f"{path}: its model files cannot be read ({type(e).__name__}: {e}); "
+                         "the directory is damaged or incomplete: train or save it again") from e
 
 
 def fitted_device_id(spec: str | Path) -> str | None:
