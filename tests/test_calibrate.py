@@ -144,6 +144,10 @@ def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path
     assert tasks_for_budget(10, 8) > tasks_for_budget(2, 8) >= 1
     with pytest.raises(ValueError, match="--tasks"):
         calibrate(CalibrateConfig(out=str(tmp_path / "m"), model=str(base_model)))
+    with pytest.raises(ValueError, match="nowhere"):  # DatabaseError, before anything is written
+        calibrate(CalibrateConfig(out=str(tmp_path / "m"), model=str(base_model), tasks=0,
+                                  data=(str(tmp_path / "nowhere"),)))
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.data").exists()
 
 
 def test_kmeans_order_in_rounds_starts_with_a_representative_set():

@@ -181,6 +181,10 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         raise ValueError("give --tasks K or --budget-minutes M (or both), or --data DIR")
     if config.tasks == 0 and not config.data:
         raise ValueError("--tasks 0 measures nothing: give --data DIR to fine-tune on")
+    from cdmpp.measure.database import find_databases
+
+    for path in config.data:
+        find_databases(path)  # a wrong --data fails before anything is written or measured
     base = load_estimator(config.model)
     members = cdmpp_members(base, config.model)
     first = members[0]
