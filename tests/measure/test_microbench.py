@@ -27,3 +27,15 @@ def test_peak_runs_for_a_narrower_target_than_the_host():
         pytest.skip("x86 CPU names")
     value = peak_gflops(local_device(threads=1, mcpu="x86-64-v2"))
     assert value > 0 and math.isfinite(value)
+
+
+def test_the_best_round_is_kept(monkeypatch):
+    # one round on a busy host can run at half speed: it must not become the device's figure
+    import cdmpp.measure.microbench as mb
+
+    peaks, streams = iter([117.1, 229.8, 222.0]), iter([20.5, 41.0, 39.9])
+    monkeypatch.setattr(mb, "peak_gflops", lambda device: next(peaks))
+    monkeypatch.setattr(mb, "memory_gbps", lambda device: next(streams))
+    monkeypatch.setattr(mb, "ROUNDS", 3)
+    measured = measure_device(local_device(threads=1))
+    assert (measured.peak_gflops, measured.memory_gbps) == (229.8, 41.0)
