@@ -116,7 +116,8 @@ def main() -> int:
     for r in rows:
         print(f"{r['kernel'][:42]:<42} {r['calls']:>5} {ms(r['in_network_s']):>11} "
               f"{ms(r['alone_s']):>10} {ms(r['label_s']):>10} "
-              f"{ratio(r['in_network_s'], r['alone_s']):>9} {ratio(r['alone_s'], r['label_s']):>11}")
+              f"{ratio(r['in_network_s'], r['alone_s']):>9} "
+              f"{ratio(r['alone_s'], r['label_s']):>11}")
     total = {c: sum(r[c] for r in rows) for c in ("in_network_s", "alone_s")}
     labelled = [r for r in rows if r["label_s"] is not None]
     print(f"top {len(rows)} together: in network {ms(total['in_network_s'])} ms, alone "

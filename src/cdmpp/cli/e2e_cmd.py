@@ -28,10 +28,11 @@ def add_parser(subparsers) -> None:
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained "
-                        "on both VMs' data, fitted for the Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
-                        "XGBoost), or a directory written by save_estimator (default: the "
-                        "shipped cdmpp model fitted for this machine's device, else default)")
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
+                        "(cdmpp trained on both VMs' data, fitted for the Zen 5 VM), xgb, "
+                        "ensemble (geometric mean of cdmpp and XGBoost), or a directory written "
+                        "by save_estimator (default: the shipped cdmpp model fitted for "
+                        "this machine's device, else default)")
     p.add_argument("--measure", action="store_true",
                    help="also time the network with TVM's VM and each kernel on its own")
     p.add_argument("--json", metavar="OUT", default=None, help="write the result as JSON")

@@ -16,10 +16,11 @@ def add_parser(subparsers) -> None:
                     "measured_latency_s. Lines that are not records, or whose features cannot "
                     "be extracted, are reported on stderr and skipped.")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained "
-                        "on both VMs' data, fitted for the Zen 5 VM), xgb, ensemble (geometric mean of cdmpp and "
-                        "XGBoost), or a directory written by save_estimator (default: the "
-                        "shipped cdmpp model fitted for the databases' one device, else default)")
+                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
+                        "(cdmpp trained on both VMs' data, fitted for the Zen 5 VM), xgb, "
+                        "ensemble (geometric mean of cdmpp and XGBoost), or a directory written "
+                        "by save_estimator (default: the shipped cdmpp model fitted for "
+                        "the databases' one device, else default)")
     p.add_argument("--db", action="append", default=None, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable; default: the "
                         "shipped sample data, held out from the shipped models' training)")
