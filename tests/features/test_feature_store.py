@@ -62,6 +62,16 @@ def test_an_interrupted_build_keeps_what_it_extracted(fixture_dbs, tmp_path, mon
     assert len(FeatureStore(tmp_path / "store").keys) == 9
 
 
+def test_a_damaged_shard_is_named(fixture_dbs, tmp_path):
+    import pytest
+
+    build_store(fixture_dbs[:1], tmp_path / "store", workers=1, progress=False)
+    shard = next((tmp_path / "store" / "shards").iterdir())
+    (shard / "keys.json").write_text("")
+    with pytest.raises(ValueError, match=f"{shard.name}: a damaged feature-store shard"):
+        FeatureStore(tmp_path / "store")
+
+
 def test_broken_records_are_reported_and_the_rest_extracted(fixture_dbs, tmp_path):
     db = fixture_dbs[0]
     lines = (db / "database_tuning_record.json").read_text().splitlines()

@@ -67,10 +67,15 @@ class Shard:
 
     @classmethod
     def open(cls, path: Path) -> "Shard":
-        keys = tuple(json.loads((path / "keys.json").read_text()))
-        # plain ndarray views of the mapped files: still read out of core, but slicing one
-        # skips np.memmap's per-slice bookkeeping (60% of reading 50,000 programs)
-        arrays = {f.stem: np.asarray(np.load(f, mmap_mode="r")) for f in path.glob("*.npy")}
+        try:
+            keys = tuple(json.loads((path / "keys.json").read_text()))
+            # plain ndarray views of the mapped files: still read out of core, but slicing one
+            # skips np.memmap's per-slice bookkeeping (60% of reading 50,000 programs)
+            arrays = {f.stem: np.asarray(np.load(f, mmap_mode="r")) for f in path.glob("*.npy")}
+        except (OSError, ValueError) as e:  # shards are renamed into place whole: damaged later
+            raise ValueError(f"{path}: a damaged feature-store shard ({type(e).__name__}: {e}); "
+                             "remove it and run `cdmpp features` again to extract what it "
+                             "held") from e
         return cls(path, keys, arrays)
 
     def leaves(self, row: int) -> tuple[np.ndarray, np.ndarray]:
