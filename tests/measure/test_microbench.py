@@ -12,8 +12,13 @@ from cdmpp.measure.microbench import measure_device, peak_gflops
 
 
 def test_measure_device_fills_positive_figures_and_keeps_the_id():
+    import os
+
+    before = (os.sched_getaffinity(0), os.environ.get("TVM_NUM_THREADS"))
     device = local_device(threads=1)
     measured = measure_device(device)
+    # timing with one thread pins TVM's calling thread: the process gets its cores back after
+    assert (os.sched_getaffinity(0), os.environ.get("TVM_NUM_THREADS")) == before
     assert device.peak_gflops == 0.0  # the input is not modified
     for value in (measured.peak_gflops, measured.memory_gbps):
         assert value > 0 and math.isfinite(value)

@@ -165,15 +165,23 @@ def measure_network(net, *, device=None, protocol=None, kernels: bool = False,
                     both_placements_s: float = 0.0) -> NetworkMeasurement:
     """Time `net` (a `kernels.NetworkModule`) end to end; with `kernels`, also each kernel on
     its own (interleaved with the network in the same passes). With `both_placements_s`, wait
-    up to that long for the placement the network was not timed in (see the module doc)."""
-    tvm = import_tvm()
+    up to that long for the placement the network was not timed in (see the module doc).
+    Runs with the device's threads; the process's own thread settings are restored after."""
     from cdmpp.device import local_device
-    from cdmpp.measure.collect import set_threads
+    from cdmpp.measure.collect import threads_for
+
+    device = device or local_device()
+    with threads_for(device.threads):
+        return _measure_network(net, device, protocol, kernels, seed, executable,
+                                both_placements_s)
+
+
+def _measure_network(net, device, protocol, kernels, seed, executable,
+                     both_placements_s) -> NetworkMeasurement:
+    tvm = import_tvm()
     from cdmpp.measure.reference import remember_reference
     from cdmpp.measure.timing import Protocol, Timer, random_args
 
-    device = device or local_device()
-    set_threads(device.threads)
     protocol = replace(protocol or Protocol(), memory_probe=True)
     exe = executable if executable is not None else net.build()
     programs = [("__network__", VMProgram(exe, random_inputs(net.mod, seed)), [])]

@@ -108,19 +108,24 @@ def _slope(lengths, times) -> float:
 
 
 def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None) -> OverheadCalibration:
-    """Measure the VM's overhead on this machine (a few seconds)."""
+    """Measure the VM's overhead on this machine (a few seconds), with the device's threads."""
     from cdmpp.device import local_device
+    from cdmpp.measure.collect import threads_for
+
+    if len(lengths) < 2 or min(lengths) < 1:
+        raise ValueError(f"need at least two chain lengths >= 1, got {lengths}")
+    device = device or local_device()
+    with threads_for(device.threads):
+        return _calibrate_overhead(device, lengths, protocol)
+
+
+def _calibrate_overhead(device, lengths, protocol) -> OverheadCalibration:
     from cdmpp.e2e.kernels import NetworkModule
     from cdmpp.e2e.measure import VMProgram, build_kernel, random_inputs
-    from cdmpp.measure.collect import set_threads
     from cdmpp.measure.timing import Protocol, Timer, random_args
     from cdmpp.tvm_env import import_tvm
 
     tvm = import_tvm()
-    if len(lengths) < 2 or min(lengths) < 1:
-        raise ValueError(f"need at least two chain lengths >= 1, got {lengths}")
-    device = device or local_device()
-    set_threads(device.threads)
     protocol = protocol or Protocol(passes=3, max_extra_passes=2)
     programs = []
     for kind in ("kernel", "view"):

@@ -112,6 +112,24 @@ def set_threads(threads: int) -> None:
         config(0, threads)  # 0: big-core affinity mode, `threads` workers
 
 
+@contextlib.contextmanager
+def threads_for(threads: int):
+    """`set_threads(threads)` for the block, then TVM's pool, TVM_NUM_THREADS and the process's
+    CPU affinity as they were: configuring TVM's pool pins the calling thread to the cores it
+    uses, and `local_device()` would then see a device with fewer threads for the rest of the
+    process (an API call with `threads=1` made every later call a one-thread device)."""
+    affinity = os.sched_getaffinity(0)
+    env = os.environ.get("TVM_NUM_THREADS")
+    set_threads(threads)
+    try:
+        yield
+    finally:
+        set_threads(int(env) if env else len(affinity))
+        if env is None:
+            os.environ.pop("TVM_NUM_THREADS", None)
+        os.sched_setaffinity(0, affinity)
+
+
 def claim_measured_device(out, threads: int | None = None,
                           mcpu: str | None = None) -> tuple[Device, bool]:
     """(the device of output directory `out`, whether its figures were measured just now):

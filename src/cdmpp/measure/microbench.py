@@ -45,12 +45,12 @@ def measure_device(device: Device) -> Device:
     id does not change (the figures are not identity fields).
     """
     # Imported here: collect imports this module.
-    from cdmpp.measure.collect import set_threads
+    from cdmpp.measure.collect import threads_for
 
-    set_threads(device.threads)
     peak = memory = 0.0
-    for _ in range(ROUNDS):
-        peak, memory = max(peak, peak_gflops(device)), max(memory, memory_gbps(device))
+    with threads_for(device.threads):
+        for _ in range(ROUNDS):
+            peak, memory = max(peak, peak_gflops(device)), max(memory, memory_gbps(device))
     return dataclasses.replace(device, peak_gflops=round(peak, 2), memory_gbps=round(memory, 2))
 
 
