@@ -130,6 +130,19 @@ def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead
                      "this one (docs/cross_device.md)"]
 
 
+def test_predict_programs_names_a_model_of_another_device_too(sample_programs, monkeypatch):
+    from cdmpp.model import registry
+
+    _, records, programs = sample_programs
+    monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cdmpp.predict_programs(programs[:1], model="default")  # for this machine: noted
+        cdmpp.predict_programs(programs[:1], model="default", target=records[0].target)
+    notes = [w for w in caught if "fitted for device 0123456789abcdef" in str(w.message)]
+    assert len(notes) == 1 and notes[0].filename == __file__  # points at the caller
+
+
 def _short(device):
     from cdmpp.device import short_name
 

@@ -72,11 +72,25 @@ def predict_programs(programs, *, model=None, target=None):
         from cdmpp.device import local_device
 
         device = local_device()
-        target = device.target if target is None else target
+        if target is None:  # predicting for this machine: say so if the model is another's
+            _note_other_device(model, device)
+            target = device.target
         model = for_device(device.device_id) if model is None else model
     estimator = load_model(model)
     seconds = predict_kernels(estimator, kernels, target)
     return np.array([seconds[k.name] for k in kernels], dtype=np.float64)
+
+
+def _note_other_device(model, device, stacklevel: int = 3) -> None:
+    """Warn when `model` (a shipped name or a directory) was fitted for another device than
+    `device`: its latencies are that device's. A loaded estimator carries no device to check."""
+    from cdmpp.device import short_name
+    from cdmpp.model.registry import device_mismatch
+
+    if isinstance(model, (str, os.PathLike)):
+        note = device_mismatch(model, device.device_id, short_name(device))
+        if note:
+            warnings.warn(note, stacklevel=stacklevel)
 
 
 def _is_torch_module(obj) -> bool:
@@ -136,9 +150,9 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     the network with TVM's VM here. `threads`: the threads it runs with (default: all cores).
     `log`: a callable that gets progress lines. When the model was fitted for another device, a
     warning says so: the latencies are that device's."""
-    from cdmpp.device import local_device, short_name
+    from cdmpp.device import local_device
     from cdmpp.e2e.pipeline import run_network
-    from cdmpp.model.registry import device_mismatch, for_device
+    from cdmpp.model.registry import for_device
 
     if batch is not None and batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
@@ -147,10 +161,7 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     if spec is None:
         spec = for_device(device.device_id)
     estimator = load_model(spec)
-    if isinstance(spec, (str, os.PathLike)):
-        note = device_mismatch(spec, device.device_id, short_name(device))
-        if note:
-            warnings.warn(note, stacklevel=2)
+    _note_other_device(spec, device, stacklevel=3)
     name, batch, mod = _relax_module(network, inputs, batch)
     return run_network(mod, estimator, device, name=name, batch=batch, tuning_db=tuning_db,
                        measure=measure, log=log)
