@@ -115,6 +115,14 @@ def test_features_then_split(fixture_dbs, tmp_path, capsys):
     assert "8 train, 4 test" in out
     assert (store / "splits" / "by-network-resnet18.json").exists()
     assert (store / "splits" / "by-network-resnet18.norm.npz").exists()
+    from cdmpp.features.store import FeatureStore
+
+    # the fixtures' one device: holding it out leaves nothing to train on
+    (only,) = set(FeatureStore(store).samples().column("device_id").to_pylist())
+    assert main(["split", "--store", str(store), "--split", f"by-device:{only}"]) == 2
+    assert "leaves 0 train and 12 test records" in capsys.readouterr().err
+    assert sorted(p.name for p in (store / "splits").iterdir()) == [
+        "by-network-resnet18.json", "by-network-resnet18.norm.npz"]
 
 
 def test_db_counts_records_with_no_undisturbed_pass(dense_db, capsys):
