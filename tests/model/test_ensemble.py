@@ -42,6 +42,7 @@ def test_fit_fits_every_member_and_round_trips(tmp_path):
     ens = EnsembleRegressor([XGBBaseline(n_estimators=10, nthread=1),
                              XGBBaseline(n_estimators=10, nthread=1, per_work=True)])
     assert ens.fit(programs, y) is ens
+    assert not any(hasattr(m, "booster_") or hasattr(m, "n_features_in_") for m in ens.members)
     members = [m.predict(programs) for m in ens.members_]
     assert not np.allclose(members[0], members[1])  # two different models
     np.testing.assert_allclose(ens.predict(programs), np.sqrt(members[0] * members[1]))
@@ -64,3 +65,39 @@ def test_errors_are_clear(tmp_path):
     (tmp_path / "x").mkdir()
     with pytest.raises(FileNotFoundError, match="ensemble.json"):
         EnsembleRegressor.load(tmp_path / "x")
+
+
+def test_every_estimator_follows_sklearns_parameter_protocol():
+    # sklearn.base.clone (what grid searches use) copies an unfitted estimator by its params
+    from sklearn.base import clone
+
+    from cdmpp.baselines.mlp import MLPBaseline
+    from cdmpp.model.config import TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    for est in (CDMPPRegressor(train_config=TrainConfig(epochs=3)), XGBBaseline(max_depth=3),
+                MLPBaseline(epochs=2), EnsembleRegressor([XGBBaseline(max_depth=3)], [1.0])):
+        copy = clone(est)
+        assert type(copy) is type(est) and copy is not est
+        assert copy.get_params(deep=True).keys() == est.get_params().keys()
+    xgb = XGBBaseline().set_params(max_depth=2, per_work=True)
+    assert (xgb.max_depth, xgb.per_work) == (2, True)
+    with pytest.raises(ValueError, match="no parameter"):
+        XGBBaseline().set_params(depth=2)
+
+
+def test_estimators_say_what_they_take_and_predict_nothing_for_nothing():
+    from cdmpp.baselines.mlp import MLPBaseline
+    from cdmpp.model.config import TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    programs, y = _programs(12)
+    fitted = [XGBBaseline(n_estimators=5, nthread=1).fit(programs, y),
+              MLPBaseline(epochs=2, nthread=1).fit(programs, y),
+              CDMPPRegressor(train_config=TrainConfig(epochs=1)).fit(programs, y)]
+    for model in fitted:
+        with pytest.raises(TypeError, match="take a ProgramSet .* not a ndarray"):
+            model.predict(np.zeros((3, 164)))
+        assert model.predict(programs.subset(np.arange(0))).shape == (0,)
+    with pytest.raises(TypeError, match="not a ndarray"):
+        CDMPPRegressor().fit(np.zeros((3, 164)), y[:3])

@@ -76,6 +76,16 @@ def test_damaged_model_files_name_the_model(xgb_model, tmp_path):
         load_estimator(out)
 
 
+def test_the_two_save_formats_point_at_each_other(xgb_model, tmp_path):
+    model, _ = xgb_model
+    model.save(tmp_path / "own")  # the estimator's own files: no estimator.json
+    with pytest.raises(FileNotFoundError, match=r"own holds no estimator\.json.*save_estimator"):
+        load_estimator(tmp_path / "own")
+    out = save_estimator(model, tmp_path / "registry")
+    with pytest.raises(FileNotFoundError, match=r"written by save_estimator.*load_model"):
+        XGBBaseline.load(out)
+
+
 def test_other_feature_version_is_refused(xgb_model, tmp_path):
     model, _ = xgb_model
     out = save_estimator(model, tmp_path / "m")

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from cdmpp.model.params import ParamsMixin
+
 __all__ = ["XGBBaseline", "MLPBaseline", "make_baseline", "program_vectors"]
 
 
 def program_vectors(programs) -> np.ndarray:
     """(n, F + 1 [+ D]) float64: summed store features, leaf count [, device vector]."""
+    from cdmpp.dataset.programs import check_programs
+
+    check_programs(programs)
     x = programs.summed()
     if programs.device is not None:
         x = np.concatenate([x, np.asarray(programs.device, dtype=np.float64)], axis=1)
@@ -37,17 +42,11 @@ def check_latency(y, n: int) -> np.ndarray:
     return y
 
 
-class BaselineMixin:
-    """Shared plumbing: input checks that match what `fit` saw, `score`, `get_params`."""
+class BaselineMixin(ParamsMixin):
+    """Shared plumbing: input checks that match what `fit` saw, `score`, sklearn's
+    `get_params` / `set_params` (the keyword arguments of `__init__`, saved with the model)."""
 
     _fitted_attr = "n_features_in_"  # set by subclasses to the attribute `fit` sets last
-
-    def get_params(self) -> dict:
-        """The keyword arguments of `__init__` (saved with the model, sklearn-style)."""
-        import inspect
-
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {name: getattr(self, name) for name in names}
 
     def _check_fitted(self) -> None:
         if not hasattr(self, self._fitted_attr):
@@ -62,6 +61,9 @@ class BaselineMixin:
 
     def _inputs(self, programs) -> np.ndarray:
         """Program vectors, checked against what `fit` saw."""
+        from cdmpp.dataset.programs import check_programs
+
+        check_programs(programs)  # first: a numpy array has a `device` attribute too
         if (programs.device is not None) != self.has_device_:
             need = "with" if self.has_device_ else "without"
             raise ValueError(f"this model was fitted on programs {need} device vectors")

@@ -130,6 +130,8 @@ class MLPBaseline(BaselineMixin):
         import torch
 
         self._check_fitted()
+        if not len(programs):  # as the other estimators: no program, no latency
+            return np.zeros(0)
         xt = self._standardize(self._inputs(programs))
         out = []
         with _threads(self.nthread), torch.no_grad():

@@ -90,6 +90,8 @@ class XGBBaseline(BaselineMixin):
         import xgboost as xgb
 
         self._check_fitted()
+        if not len(programs):  # as the other estimators: no program, no latency
+            return np.zeros(0)
         x = self._inputs(programs)
         log_s = self.booster_.predict(xgb.DMatrix(x, nthread=self.nthread or -1),
                                       iteration_range=(0, self.best_iteration_ + 1))
@@ -113,6 +115,11 @@ class XGBBaseline(BaselineMixin):
         import xgboost as xgb
 
         path = Path(path)
+        if not (path / "params.json").is_file():
+            from cdmpp.model.registry import written_by_save_estimator
+
+            raise FileNotFoundError(f"{path} is not a saved XGBBaseline: params.json is "
+                                    f"missing{written_by_save_estimator(path)}")
         meta = json.loads((path / "params.json").read_text())
         if meta.get("kind") != "xgb" or meta.get("format") != _FORMAT:
             raise ValueError(f"{path} is not an XGBBaseline directory of format {_FORMAT}")

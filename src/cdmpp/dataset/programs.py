@@ -90,3 +90,12 @@ class ProgramSet:
             out[i, :-1] = f.sum(axis=0)
             out[i, -1] = len(f)
         return out
+
+
+def check_programs(programs) -> None:
+    """A clear TypeError when an estimator is given something else than a `ProgramSet`."""
+    if not isinstance(programs, ProgramSet):
+        raise TypeError(f"cdmpp's estimators take a ProgramSet (compact ASTs: each program's leaf "
+                        f"features and pre-order positions), not a {type(programs).__name__}: "
+                        "read one from a feature store (cdmpp.dataset.loader.programs_for_rows) "
+                        "or predict TIR programs with cdmpp.predict_programs")

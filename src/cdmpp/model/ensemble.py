@@ -29,32 +29,34 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
     _fitted_attr = "members_"
 
     def __init__(self, members=(), weights=None):
-        self.members = list(members)
-        self.weights = None if weights is None else list(weights)
+        self.members = members  # kept as given (sklearn's convention: clone compares them)
+        self.weights = weights
 
-    def _set_members(self) -> None:
-        n = len(self.members)
+    def _set_members(self, fitted) -> None:
+        n = len(fitted)
         if not n:
             raise ValueError("an ensemble needs at least one member")
         w = np.ones(n) if self.weights is None else np.asarray(self.weights, float)
         if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
             raise ValueError(f"weights must be {n} non-negative numbers, not all zero; got "
                              f"{self.weights}")
-        self.members_ = list(self.members)
+        self.members_ = list(fitted)
         self.weights_ = w / w.sum()
 
     def fit(self, programs, y, eval_set=None) -> "EnsembleRegressor":
-        """Fit every member on `programs`, `y` (seconds); `eval_set` is passed to members."""
-        for member in self.members:
+        """Fit a fresh copy of every member (same parameters; the given ones stay unfitted) on
+        `programs`, `y` (seconds); `eval_set` is passed to members."""
+        fitted = [type(m)(**m.get_params()) for m in self.members]
+        for member in fitted:
             member.fit(programs, y, eval_set=eval_set)
-        self._set_members()
+        self._set_members(fitted)
         return self
 
     @classmethod
     def from_fitted(cls, members, weights=None) -> "EnsembleRegressor":
         """An ensemble of members that are already fitted (nothing is retrained)."""
-        ens = cls(members, weights)
-        ens._set_members()
+        ens = cls(list(members), weights)
+        ens._set_members(ens.members)
         return ens
 
     def predict(self, programs) -> np.ndarray:
@@ -98,14 +100,14 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
 
     @classmethod
     def load(cls, path) -> "EnsembleRegressor":
-        from cdmpp.model.registry import load_estimator
+        from cdmpp.model.registry import load_estimator, written_by_save_estimator
 
         path = Path(path)
         try:
             meta = json.loads((path / _META).read_text())
         except FileNotFoundError:
             raise FileNotFoundError(f"{path} is not a saved EnsembleRegressor: {_META} is "
-                                    "missing") from None
+                                    f"missing{written_by_save_estimator(path)}") from None
         if meta.get("kind") != "ensemble" or meta.get("format") != _FORMAT:
             raise ValueError(f"{path / _META} is not an ensemble of format {_FORMAT}")
         weights = meta["weights"]

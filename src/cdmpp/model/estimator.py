@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.dataset.normalize import Normalizer
-from cdmpp.dataset.programs import ProgramSet
+from cdmpp.dataset.programs import ProgramSet, check_programs
 from cdmpp.model.config import ModelConfig, TrainConfig
+from cdmpp.model.params import ParamsMixin
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.pt"
@@ -67,7 +68,7 @@ def fine_tune_config(base: TrainConfig, **changes) -> TrainConfig:
                             "patience": 20, **changes})
 
 
-class CDMPPRegressor:
+class CDMPPRegressor(ParamsMixin):
     def __init__(self, model_config: ModelConfig | None = None,
                  train_config: TrainConfig | None = None, checkpoint_dir: str | None = None,
                  progress: bool = False):
@@ -238,6 +239,7 @@ class CDMPPRegressor:
         """
         import torch
 
+        check_programs(programs)
         tc = self.train_config or TrainConfig()
         if tc.threads:
             torch.set_num_threads(tc.threads)
@@ -368,7 +370,10 @@ class CDMPPRegressor:
         path = Path(path)
         for name in (CONFIG_FILE, WEIGHTS_FILE, NORMALIZER_FILE):
             if not (path / name).exists():
-                raise FileNotFoundError(f"{path} is not a saved CDMPPRegressor: {name} is missing")
+                from cdmpp.model.registry import written_by_save_estimator
+
+                raise FileNotFoundError(f"{path} is not a saved CDMPPRegressor: {name} is "
+                                        f"missing{written_by_save_estimator(path)}")
         config = json.loads((path / CONFIG_FILE).read_text())
         if config.get("feature_version") != FEATURE_VERSION:
             raise ValueError(f"{path} was trained on features version "
@@ -402,6 +407,7 @@ def predict_together(models, programs: ProgramSet) -> list[np.ndarray]:
     time, and each exactly as it would alone."""
     from cdmpp.train.loop import predict_networks
 
+    check_programs(programs)
     out: list = [None] * len(models)
     groups: dict = {}
     for i, model in enumerate(models):

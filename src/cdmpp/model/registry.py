@@ -144,9 +144,21 @@ def resolve(spec: str | Path) -> Path:
     if not path.is_dir():
         raise ValueError(f"{path} is a file; a model is a directory written by save_estimator")
     if not (path / META_FILE).is_file():
-        raise FileNotFoundError(f"{path} holds no {META_FILE}: not a directory written by "
-                                "save_estimator")
+        raise FileNotFoundError(
+            f"{path} holds no {META_FILE}: not a directory written by save_estimator. An "
+            "estimator's own `save(DIR)` writes its files only (read them back with that "
+            "class's `load(DIR)`); `cdmpp.model.registry.save_estimator(model, DIR)` writes "
+            "what --model and cdmpp.load_model read")
     return path
+
+
+def written_by_save_estimator(path) -> str:
+    """For an estimator class's `load` error: a hint when `path` was written by
+    `save_estimator` (its model files are one level down), else ""."""
+    if (Path(path) / META_FILE).is_file():
+        return (f"; {path} was written by save_estimator (cdmpp train, calibrate): load it with "
+                "cdmpp.load_model(DIR) or cdmpp.model.registry.load_estimator(DIR)")
+    return ""
 
 
 def read_meta(spec: str | Path) -> dict:
