@@ -87,11 +87,17 @@ def _pct(x) -> str:
 
 def table(rows) -> str:
     others = list(rows[0]["by_model"])[1:] if rows else []
-    # the other models' column: error vs the measured total, or vs the database without one
-    key = ("error_rel" if any(r["measured_s"] is not None for r in rows) else "vs_database_rel")
+    # the other models' column: error vs the measured total, or vs the database without one,
+    # or their predicted total when there is neither (--no-measure, no --tuning-db)
+    if any(r["measured_s"] is not None for r in rows):
+        key, show, unit = "error_rel", _pct, ""
+    elif any(r["database_replay_s"] is not None for r in rows):
+        key, show, unit = "vs_database_rel", _pct, ""
+    else:
+        key, show, unit = "predicted_s", _ms, " ms"
     head = (f"{'network':<14} {'batch':>5} {'predicted ms':>13} {'measured ms':>12} "
             f"{'error':>8} {'replay(meas) ms':>16} {'replay(db) ms':>14} {'vs db':>8} "
-            f"{'pred time s':>11}" + "".join(f" {m[-12:]:>12}" for m in others))
+            f"{'pred time s':>11}" + "".join(f" {(m + unit)[-12:]:>12}" for m in others))
     lines = [head, "-" * len(head)]
     for r in rows:
         first = next(iter(r["by_model"].values()))
@@ -100,7 +106,7 @@ def table(rows) -> str:
                      f"{_ms(r['measured_kernels_replay_s']):>16} "
                      f"{_ms(r['database_replay_s']):>14} {_pct(first['vs_database_rel']):>8} "
                      f"{r['prediction_s']:>11.3f}"
-                     + "".join(f" {_pct(r['by_model'][m][key]):>12}" for m in others))
+                     + "".join(f" {show(r['by_model'][m][key]):>12}" for m in others))
     if rows:
         lines.append("-" * len(head))
         for m in list(rows[0]["by_model"]):
@@ -167,7 +173,8 @@ def main() -> int:
                         + "".join(f"; {s} {_ms(t)} ms" for s, t in r["by_placement"].items())
                         + ")")
             print(f"{name} batch {batch}: {measured}; predicted "
-                  + ", ".join(f"{m} {_ms(p['predicted_s'])} ms ({_pct(p['error_rel'])})"
+                  + ", ".join(f"{m} {_ms(p['predicted_s'])} ms"
+                              + (f" ({_pct(p['error_rel'])})" if p["error_rel"] is not None else "")
                               for m, p in r["by_model"].items()), file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:

@@ -12,7 +12,8 @@ def _common(p) -> None:
     p.add_argument("--data", action="append", required=True, metavar="DIR",
                    help="TVM JSON database, or a folder of them (repeatable)")
     p.add_argument("--store", default=None, metavar="CACHE",
-                   help="feature store (default: ~/.cache/cdmpp/features)")
+                   help="feature store (default: $XDG_CACHE_HOME/cdmpp/features or "
+                        "~/.cache/cdmpp/features)")
     p.add_argument("--epochs", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--refit", action="store_true",
@@ -56,7 +57,8 @@ def add_parser(subparsers) -> None:
                    help="comma-separated: cdmpp, cdmpp-seeds (geometric mean of cdmpp over "
                         "seeds S..S+2, as `train --seeds 3` saves), xgb, xgb-work (XGBoost on "
                         "latency per work), mlp, ensemble (geometric mean of cdmpp and xgb-work)")
-    e.add_argument("--report-dir", default="cdmpp-eval", help="PNG plots + markdown report here")
+    e.add_argument("--report-dir", default="cdmpp-eval",
+                   help="PNG plots + markdown report here (default: ./cdmpp-eval)")
     e.set_defaults(run=run_eval)
 
 
