@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from cdmpp.features.build import build_store
 from cdmpp.features.store import FeatureStore
@@ -38,8 +39,6 @@ def test_incremental_build_extracts_only_what_is_new(fixture_dbs, tmp_path):
 
 
 def test_an_interrupted_build_keeps_what_it_extracted(fixture_dbs, tmp_path, monkeypatch):
-    import pytest
-
     import cdmpp.features.build as build
 
     monkeypatch.setattr(build, "FLUSH_PROGRAMS", 2)  # a shard every 2 new programs
@@ -63,8 +62,6 @@ def test_an_interrupted_build_keeps_what_it_extracted(fixture_dbs, tmp_path, mon
 
 
 def test_a_damaged_shard_is_named(fixture_dbs, tmp_path):
-    import pytest
-
     build_store(fixture_dbs[:1], tmp_path / "store", workers=1, progress=False)
     shard = next((tmp_path / "store" / "shards").iterdir())
     (shard / "keys.json").write_text("")
