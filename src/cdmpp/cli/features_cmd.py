@@ -55,9 +55,6 @@ def run_split(args) -> int:
                                 "samples.parquet): build one with `cdmpp features --db ... "
                                 f"--out {args.store}`")
     split = make_split(samples, args.split, seed=args.seed)
-    if not (len(split.train) and len(split.test)):  # checked before anything is saved
-        raise ValueError(f"split {split.name} leaves {len(split.train)} train and "
-                         f"{len(split.test)} test records: nothing to fit or to test on")
     path = split.save(store.path)
     fit_on_split(store, split)
     print(f"split {split.name}: {len(split.train)} train, {len(split.test)} test, "

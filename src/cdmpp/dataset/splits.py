@@ -148,12 +148,18 @@ def parse_split_spec(spec: str) -> tuple[str, list[str]]:
 
 
 def make_split(samples, spec: str, seed: int = 0) -> Split:
-    """A split from a command-line spec (`parse_split_spec`)."""
+    """A split from a command-line spec (`parse_split_spec`); a ValueError, before any caller
+    saves or trains on it, when it leaves a side empty."""
     kind, names = parse_split_spec(spec)
     if kind == "random":
-        return random_split(samples, seed=seed)
-    if kind == "by-task":
-        return task_split(samples, seed=seed)
-    if kind == "by-network":
-        return network_split(samples, names)
-    return device_split(samples, names)
+        split = random_split(samples, seed=seed)
+    elif kind == "by-task":
+        split = task_split(samples, seed=seed)
+    elif kind == "by-network":
+        split = network_split(samples, names)
+    else:
+        split = device_split(samples, names)
+    if not (len(split.train) and len(split.test)):
+        raise ValueError(f"split {split.name} leaves {len(split.train)} train and "
+                         f"{len(split.test)} test records: nothing to fit or to test on")
+    return split
