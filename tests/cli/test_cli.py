@@ -13,6 +13,15 @@ def test_collect_list_shows_the_catalog(capsys):
     assert "softmax_12x128x128" in out and "gpt2" in out
 
 
+def test_version_is_the_package_version(capsys):
+    import cdmpp
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cdmpp {cdmpp.__version__}"
+
+
 def test_unknown_network_is_a_clear_error(capsys):
     assert main(["collect", "--list", "--network", "alexnet"]) == 2
     err = capsys.readouterr().err

@@ -16,6 +16,9 @@ SUBCOMMANDS = (env_cmd, collect_cmd, db_cmd, features_cmd, train_cmd, predict_cm
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdmpp", description="Predict the latency of tensor programs and whole networks.")
+    from cdmpp import __version__
+
+    parser.add_argument("--version", action="version", version=f"cdmpp {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.add_parser(subparsers)
