@@ -37,6 +37,7 @@ def test_a_slow_run_is_flagged():
         return slow_host_warning(SimpleNamespace(host_slowdown=slowdown))
 
     assert warn(None) == [] and warn(1.0) == [] and warn(1.08) == []
+    assert warn(1.10) == [] and len(warn(1.12)) == 1  # README: "more than 10%" slower
     (line,) = warn(1.44)
     assert "44% slower" in line and "too high" in line
     assert slow_host_warning(None) == []  # no measurement at all

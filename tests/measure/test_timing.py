@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from cdmpp.measure.noise import noise_floor
@@ -86,6 +88,52 @@ def test_timer_waits_while_the_reference_kernel_is_slow(monkeypatch, wait_s):
     assert waited >= 0 and timer.waited_s == waited
     # waiting: the burst (3.0, 2.0) is sat out; not waiting: the reference is not even timed
     assert next(ratios, None) is (None if wait_s else 3.0)
+
+
+def test_the_wait_ends_once_the_reference_is_within_wait_slow_rel(monkeypatch):
+    from cdmpp.device import local_device
+
+    timer = Timer(Protocol(wait_slow_rel=0.5, quiet_wait_s=5.0), local_device().target)
+    ratios = iter([1.6, 1.4, 99.0])  # 1.6x: still a burst; 1.4x: quiet enough to time
+    monkeypatch.setattr(timer, "ref_ratio", lambda: next(ratios))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    timer.wait_for_quiet()
+    assert next(ratios) == 99.0  # both read, and no more
+
+
+def _stats(min_s: float, ref_ratio: float = 1.0):
+    from cdmpp.types import PassStats
+
+    return PassStats((min_s, min_s * 1.01), ref_ratio, None)
+
+
+def test_passes_that_disagree_or_are_disturbed_ask_for_more():
+    timer = Timer.__new__(Timer)  # needs_more reads only the protocol
+    timer.protocol = Protocol(tolerance_rel=0.03, ref_slow_rel=0.10)
+    assert not timer.needs_more([_stats(1.0), _stats(1.02), _stats(1.5)])
+    assert timer.needs_more([_stats(1.0), _stats(1.05)])  # two best 5% apart
+    # the fast pass was disturbed (reference 1.2x): one clean pass is not enough
+    assert timer.needs_more([_stats(1.0, 1.2), _stats(1.01)])
+    assert not timer.needs_more([_stats(1.0, 1.2), _stats(1.01), _stats(1.02)])
+
+
+def test_programs_whose_passes_disagree_get_extra_passes(monkeypatch):
+    from cdmpp.device import local_device
+
+    timer = Timer(Protocol(passes=3, max_extra_passes=2, tolerance_rel=0.03),
+                  local_device().target)
+    monkeypatch.setattr(timer, "ref_ratio", lambda: 1.0)
+    monkeypatch.setattr(timer, "wait_for_quiet", lambda: 0.0)
+    runs = {"steady": iter([1e-3] * 10), "noisy": iter([1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3])}
+
+    def evaluator(key):  # stands for time_evaluator on the program `key`
+        return lambda *args: SimpleNamespace(results=(next(runs[key]),))
+
+    monkeypatch.setattr(timer, "evaluator", evaluator)
+    out = timer.measure_batch([("steady", "steady", []), ("noisy", "noisy", [])])
+    assert len(out["steady"].passes) == 3  # agreeing passes: no extra pass
+    assert len(out["noisy"].passes) == 5  # 3 + max_extra_passes, as they never agree
+    assert out["noisy"].latency_s == 1e-3
 
 
 @pytest.mark.parametrize("every_pass", [True, False])
