@@ -107,6 +107,31 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path):
     assert len(sidecar) == len(keys)
 
 
+def test_a_build_that_times_out_is_recorded_and_the_rest_are_measured(tmp_path, monkeypatch):
+    from cdmpp.measure import collect as collect_module
+    from cdmpp.measure.build import BuildResult
+    from cdmpp.measure.store import FAILURE_FILE
+
+    real_build_many = collect_module.build_many
+
+    def first_times_out(mods, target, timeout_s):  # as a build killed at its time limit
+        results = real_build_many(mods, target, timeout_s)
+        return [BuildResult(False, timeout_s, f"timeout after {timeout_s} s")] + results[1:]
+
+    monkeypatch.setattr(collect_module, "build_many", first_times_out)
+    summary = collect(_config(tmp_path), [MATMUL_64], progress=False)
+    failures = [json.loads(line) for line in (tmp_path / FAILURE_FILE).read_text().splitlines()]
+    batches = -(-4 // 2)  # 3 sampled + the default, in batches of 2: one timeout per batch
+    assert summary.failed == len(failures) == batches
+    assert all(f["stage"] == "timeout" and f["task"] == "dense_64x64x64" for f in failures)
+    keys = {r.meta["key"] for r in load_database(tmp_path).records}
+    assert len(keys) == summary.ok == 4 - batches and not keys & {f["key"] for f in failures}
+    # a rerun does not build the failed programs again
+    monkeypatch.setattr(collect_module, "build_many", real_build_many)
+    again = collect(_config(tmp_path), [MATMUL_64], progress=False)
+    assert again.ok == again.failed == 0 and again.already_done == 4
+
+
 def test_refuses_to_mix_devices(tmp_path):
     collect(replace(_config(tmp_path), programs_per_task=1), [MATMUL_64], progress=False)
     other = 1 if os.cpu_count() > 1 else 2
