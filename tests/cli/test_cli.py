@@ -71,6 +71,16 @@ def test_env_prints_versions_and_device(capsys):
     assert "\nmodel      " in out
 
 
+def test_env_json_is_the_device_json_of_this_machine(capsys):
+    import json
+
+    from cdmpp.device import local_device
+
+    assert main(["env", "--json"]) == 0
+    device = json.loads(capsys.readouterr().out)
+    assert device["device_id"] == local_device().device_id and device["threads"] >= 1
+
+
 def test_env_says_whether_the_shipped_model_is_for_this_device():
     from cdmpp.cli.env_cmd import shipped_model_line
     from cdmpp.model.registry import fitted_device_id
@@ -91,6 +101,27 @@ def test_db_reports_bad_lines(dense_db, capsys):
     assert "1 bad lines skipped" in out and ":5:" in out
     # a TVM database without device.json: its target, and a warning about the threads
     assert "no device.json" in out and '"mcpu": "znver4"' in out and "default thread pool" in out
+
+
+def test_db_strict_stops_at_the_first_bad_line(dense_db, capsys):
+    with open(dense_db / "database_tuning_record.json", "a") as f:
+        f.write("[0, [[[], []], [NaN], {}, []]]\n")
+    assert main(["db", "--strict", str(dense_db)]) == 2
+    err = capsys.readouterr().err
+    assert "database_tuning_record.json:5: bad timing" in err
+
+
+def test_collect_time_budget_reaches_the_collector(tmp_path, capsys, monkeypatch):
+    import cdmpp.measure.collect as collect_module
+    from dataclasses import replace
+
+    monkeypatch.setattr(collect_module, "measure_device",
+                        lambda d: replace(d, peak_gflops=1.0, memory_gbps=1.0))
+    out = tmp_path / "db"
+    assert main(["collect", "--ops", "softmax_12x64x64", "--out", str(out), "--time-budget",
+                 "0", "--programs-per-task", "1"]) == 0
+    assert "stopped at the time budget" in capsys.readouterr().out
+    assert (out / "database_tuning_record.json").read_text() == ""
 
 
 def test_db_names_a_few_workloads_and_counts_the_rest():
@@ -165,6 +196,11 @@ def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, 
     assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a",
                  "--fine-tunes", "1"]) == 0
     assert seen[1].fine_tunes == 1
+    assert main(["calibrate", "--out", "m", "--tasks", "3", "--selection", "random",
+                 "--adapt", "mmd", "--adapt-weight", "0.3", "--budget-minutes", "2"]) == 0
+    assert (seen[2].tasks, seen[2].selection, seen[2].adapt) == (3, "random", "mmd")
+    assert (seen[2].adapt_weight, seen[2].budget_minutes) == (0.3, 2.0)
+    assert seen[0].selection == "kmeans" and seen[0].adapt is None  # the defaults
 
 
 def test_the_cli_starts_without_numpy():

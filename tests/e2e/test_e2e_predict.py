@@ -120,6 +120,20 @@ def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_top_limits_the_kernel_rows(cli_env, capsys):
+    from cdmpp.cli.main import main
+
+    out = cli_env / "r.json"
+    assert main(["e2e", "--network", "tiny_mlp", "--model", "stub", "--top", "1",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    kernels = json.loads(out.read_text())["kernels"]
+    assert len(kernels) >= 2
+    table = text[text.index("\nkernel "):].strip().splitlines()
+    assert table[1].startswith(kernels[0]["name"][:44])  # one kernel row, the largest
+    assert table[2].startswith(f"... {len(kernels) - 1} more kernels")
+
+
 def test_cli_predicts_an_onnx_file_at_the_batch_asked(cli_env, capsys, tiny_onnx):
     from cdmpp.cli.main import main
 
