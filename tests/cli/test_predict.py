@@ -74,6 +74,22 @@ def test_one_row_per_record_with_db_as_given(trained, fixture_dbs, tmp_path, cap
     assert "12 records predicted" in out and "0 skipped" in out and "MAPE" in out
 
 
+def test_without_db_the_shipped_sample_data_is_predicted(trained, tmp_path, capsys):
+    from cdmpp.measure.database import load_database
+    from cdmpp.predict import sample_databases
+
+    model, _ = trained
+    code, out, err = _predict(model, [], tmp_path / "preds.csv", tmp_path / "store", capsys)
+    assert code == 0, err
+    (sample,) = sample_databases()
+    records = load_database(sample).records
+    _, rows = _read(tmp_path / "preds.csv")
+    assert [(r["db"], int(r["record_index"])) for r in rows] == \
+        [(sample, r.record_index) for r in records]
+    assert [float(r["measured_latency_s"]) for r in rows] == \
+        pytest.approx([r.latency_s for r in records])
+
+
 def test_bad_lines_are_reported_and_the_rest_predicted(trained, fixture_dbs, tmp_path, capsys):
     model, store = trained
     db = fixture_dbs[0]
