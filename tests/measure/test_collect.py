@@ -298,3 +298,20 @@ def test_retest_noise_is_the_gap_between_two_labels():
     r = retest_noise([1.0, 1.2, 0.5])  # gaps |a - b| / min(a, b): 0, 0.2, 1.0
     assert r["n"] == 3 and r["median"] == pytest.approx(0.2) and r["mean"] == pytest.approx(0.4)
     assert r["within_10"] == pytest.approx(1 / 3) and r["median_ratio"] == pytest.approx(1.0)
+
+
+def test_the_most_disturbed_records_are_remeasured_first(tmp_path):
+    from cdmpp.measure.remeasure import _disturbed
+
+    def entry(key, ratios):
+        return {"key": key, "run_secs": [1e-3] * len(ratios), "repeats_per_pass": 1,
+                "ref_ratios": ratios}
+
+    journal = [entry("dense_64x64x64/0", [1.3, 1.4]), entry("dense_64x64x64/1", [1.0, 1.02]),
+               entry("dense_64x64x64/2", [3.0, 2.5]), entry("softmax_1x16x64/0", [9.0, 9.0]),
+               entry("dense_64x64x64/default", [1.8, 1.9])]
+    todo, summary = _disturbed(journal, _config(tmp_path), [MATMUL_64])
+    # undisturbed (/1) and other tasks' records are left; the rest by their best reference ratio
+    assert [e["key"] for e in todo] == ["dense_64x64x64/2", "dense_64x64x64/default",
+                                        "dense_64x64x64/0"]
+    assert (summary.selected, summary.not_selected) == (3, 1)
