@@ -123,8 +123,8 @@ def test_bad_lines_are_reported_and_the_rest_predicted(trained, fixture_dbs, tmp
     assert "10 records predicted (2 without a measured latency), 3 skipped" in out
 
 
-def test_user_errors_exit_2(trained, fixture_dbs, tmp_path, capsys):
-    from cdmpp.model.registry import SHIPPED_DIR
+def test_user_errors_exit_2(trained, fixture_dbs, tmp_path, capsys, monkeypatch):
+    from cdmpp.model import registry
 
     model, store = trained
     code, _, err = _predict(model, [str(tmp_path / "no_db")], tmp_path / "p.csv", store, capsys)
@@ -132,9 +132,10 @@ def test_user_errors_exit_2(trained, fixture_dbs, tmp_path, capsys):
     code, _, err = _predict(tmp_path / "no_model", [str(fixture_dbs[0])], tmp_path / "p.csv",
                             store, capsys)
     assert code == 2 and "no_model" in err
-    if not (SHIPPED_DIR / "default" / "estimator.json").exists():
-        code, _, err = _predict("default", [str(fixture_dbs[0])], tmp_path / "p.csv", store, capsys)
-        assert code == 2 and "cdmpp predict: error:" in err and "no 'default' model" in err
+    monkeypatch.setattr(registry, "SHIPPED_DIR", tmp_path / "no_models")  # a build without them
+    code, _, err = _predict("default", [str(fixture_dbs[0])], tmp_path / "p.csv", store, capsys)
+    assert code == 2 and "cdmpp predict: error:" in err and "no 'default' model" in err
+    monkeypatch.undo()
     assert not (tmp_path / "p.csv").exists()
     (tmp_path / "a_dir").mkdir()  # --out names a directory: one line, no traceback
     code, _, err = _predict(model, [str(fixture_dbs[0])], tmp_path / "a_dir", store, capsys)
