@@ -249,8 +249,9 @@ def tvm_dtype_bytes(dtype) -> int:
 
 
 def test_rows_match_leaves_on_real_records_of_many_operator_families():
-    if not SHARED.exists():
-        pytest.skip("../shared/data is not beside this checkout")
+    from conftest import require_shared
+
+    require_shared(SHARED)
     seen = params = 0
     for name in FAMILIES:
         if not (SHARED / name).exists():

@@ -20,10 +20,9 @@ FAST = TrainConfig(epochs=25, batch_size=16, lr=3e-3, warmup_epochs=1, patience=
 @pytest.fixture(scope="module")
 def slice_data(tmp_path_factory):
     """~100 real records of three operators, split at random within tasks."""
-    from conftest import SHARED_DATA
+    from conftest import SHARED_DATA, require_shared
 
-    if not SHARED_DATA.exists():
-        pytest.skip("../shared/data is not beside this checkout")
+    require_shared()
     dbs = [SHARED_DATA / n for n in ("dense_64x768x768", "softmax_12x64x64",
                                      "conv1x1_1x256x56x56_k64")]
     path = tmp_path_factory.mktemp("store")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cdmpp.programs import catalog as C
+from conftest import require_shared
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "epyc-2c"
 
@@ -155,8 +156,7 @@ def _one_measured_task_per_kind() -> list[str]:
 
 @pytest.mark.parametrize("name", _one_measured_task_per_kind() or ["<no shared data>"])
 def test_prim_func_equals_measured_workload(name):
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is missing")
+    require_shared()
     import tvm_ffi
 
     from cdmpp.tvm_env import meta_schedule
