@@ -107,6 +107,23 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path):
     assert len(sidecar) == len(keys)
 
 
+@pytest.mark.parametrize("torn", [False, True])
+def test_a_record_line_lost_after_its_journal_line_is_rebuilt(tmp_path, torn):
+    """A kill between the journal line and the record line (or halfway through the record
+    line): the next run, even for other tasks, writes the record from the journal."""
+    collect(_config(tmp_path), [MATMUL_64], progress=False)
+    path = tmp_path / RECORD_FILE
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]) + (lines[-1][:40] if torn else ""))
+    summary = collect(_config(tmp_path), [SOFTMAX_SMALL], progress=False)
+    after = path.read_text().splitlines(keepends=True)
+    assert after[:len(lines) - 1] == lines[:-1]  # untouched, byte for byte
+    assert json.loads(after[len(lines) - 1]) == json.loads(lines[-1])  # the lost one, rebuilt
+    assert summary.ok + summary.failed == 4
+    keys = [r.meta["key"] for r in load_database(tmp_path).records]
+    assert len(keys) == len(set(keys)) == len(lines) + summary.ok
+
+
 def test_a_build_that_times_out_is_recorded_and_the_rest_are_measured(tmp_path, monkeypatch):
     from cdmpp.measure import collect as collect_module
     from cdmpp.measure.build import BuildResult

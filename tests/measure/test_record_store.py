@@ -50,7 +50,7 @@ def test_journal_entry_without_record_is_rebuilt(tmp_path):
     # a crash between the journal line and the record line
     with open(tmp_path / SIDECAR_FILE, "a") as f:
         f.write(json.dumps({"key": "t/1", "run_secs": [0.2], "record_index": 1}) + "\n")
-    again = RecordStore(tmp_path, rebuild_record=lambda e: _line(e["run_secs"]))
+    again = RecordStore(tmp_path, rebuild_record=lambda e, store: _line(e["run_secs"]))
     records = (tmp_path / RECORD_FILE).read_text().splitlines()
     assert again.n_records == 2 and json.loads(records[1])[1][1] == [0.2]
     assert again.done_keys == {"t/0", "t/1"}

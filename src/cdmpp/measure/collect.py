@@ -31,13 +31,14 @@ from cdmpp.clock import now_iso
 from cdmpp.device import Device, claim_directory, local_device, save_device
 from cdmpp.measure import tvm_codec
 from cdmpp.measure.build import build_many
+from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE
 from cdmpp.measure.microbench import measure_device
 from cdmpp.atomic import write_text_atomic
 from cdmpp.measure.noise import NoiseFloor, noise_floor
 from cdmpp.measure.store import RecordStore
 from cdmpp.measure.timing import Protocol, Timer, random_args
 from cdmpp.programs.catalog import CATALOG_VERSION, Task
-from cdmpp.programs.sampling import Candidate, load_or_sample
+from cdmpp.programs.sampling import Candidate, load_candidates, load_or_sample
 from cdmpp.tvm_env import import_tvm
 
 MANIFEST_FILE = "manifest.json"
@@ -192,18 +193,26 @@ class _Run:
                 task=task.name, seed=self.config.seed)
         return self._candidates[task.name]
 
-    def _task_of(self, key: str) -> Task:
-        name = task_of_key(key)
-        return next(t for t in self.tasks if t.name == name)
-
     def record_line(self, task: Task, cand: Candidate, run_secs) -> str:
         body = [cand.trace_json, list(run_secs), self.target, cand.args_info_json]
         return json.dumps([self.workload_index(task), body], separators=(",", ":"))
 
-    def _rebuild_record(self, entry: dict) -> str:
-        task = self._task_of(entry["key"])
-        cand = next(c for c in self.candidates(task) if c.key == entry["key"])
-        return self.record_line(task, cand, entry["run_secs"])
+    def _rebuild_record(self, entry: dict, store: RecordStore) -> str:
+        """The record line of a journal entry whose line a crash kept from being written, from
+        what is on disk (its task need not be among this run's tasks)."""
+        name = task_of_key(entry["key"])
+        index = store.workload_index_of_task(name)
+        path = self.out / "candidates" / f"{name}.json"
+        cand = None
+        if path.exists():
+            cand = next((c for c in load_candidates(path) if c.key == entry["key"]), None)
+        if index is None or cand is None:
+            raise RuntimeError(f"{self.out}: record {entry.get('record_index')} ({entry['key']}) "
+                               f"is in {SIDECAR_FILE} but not in {RECORD_FILE}, and its "
+                               f"{'program' if cand is None else 'workload'} is missing: "
+                               "cannot rebuild it")
+        body = [cand.trace_json, list(entry["run_secs"]), self.target, cand.args_info_json]
+        return json.dumps([index, body], separators=(",", ":"))
 
     # -- one batch ---------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -6,7 +6,8 @@ can leave at most a torn last line, which `RecordStore` cuts off when it opens t
 Ordering makes the pair (sidecar line, record line) safe: the sidecar line (the journal, with
 the record's key and timings) is written first, the TVM record line second. If a crash falls
 between the two, reopening rebuilds the missing record line from its journal entry with the
-`rebuild_record` callback, so nothing measured is lost and nothing is written twice.
+`rebuild_record(entry, store)` callback, so nothing measured is lost and nothing is written
+twice. The callback gets the store being opened: the workload of the entry is already in it.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _unlock(key: Path) -> None:
 class RecordStore:
     """The open output directory of a collection run."""
 
-    def __init__(self, path: str | Path, rebuild_record: Callable[[dict], str] | None = None):
+    def __init__(self, path: str | Path,
+                 rebuild_record: Callable[[dict, "RecordStore"], str] | None = None):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.path)
@@ -127,13 +129,20 @@ class RecordStore:
                 json.dumps(e, separators=_COMPACT) + "\n" for e in self.journal))
             return
         for entry in missing:
-            _append_line(self.path / RECORD_FILE, rebuild_record(entry))
+            _append_line(self.path / RECORD_FILE, rebuild_record(entry, self))
             self.n_records += 1
 
     @property
     def done_keys(self) -> set[str]:
         """Keys of every program already measured or already failed."""
         return {e["key"] for e in self.journal} | {e["key"] for e in self.failures}
+
+    def workload_index_of_task(self, name: str) -> int | None:
+        """Index of the workload recorded for task `name` (tasks.json), None if there is none."""
+        for shash, info in self.tasks.items():
+            if info.get("name") == name and shash in self._workload_index:
+                return self._workload_index[shash]
+        return None
 
     def workload_index(self, workload_json: list, info: dict | None = None) -> int:
         """Index of the workload, appending it (and its task info) if new."""
