@@ -60,3 +60,47 @@ def test_bad_specs_are_clear(store):
     for spec in ("sideways", "random:0.5", "by-task:x", "by-network:", "by-device"):
         with pytest.raises(ValueError, match="unknown split"):
             make_split(store.samples(), spec)
+
+
+def _synthetic_samples(n_tasks: int, per_task: int):
+    """A samples table of n_tasks x per_task records (only what a split reads is filled)."""
+    import pyarrow as pa
+
+    from cdmpp.features.samples import schema
+
+    rows = [{"key": f"k{t}-{i}", "db": f"/db/task{t}", "record_index": i, "task": f"task{t}",
+             "networks": "net"}
+            for t in range(n_tasks) for i in range(per_task)]
+    return pa.Table.from_pylist(rows, schema=schema())
+
+
+def _assert_whole_tasks_held_out(samples, split):
+    train_tasks, test_tasks = _tasks(samples, split.train), _tasks(samples, split.test)
+    assert split.train and split.test
+    assert not train_tasks & test_tasks  # no task has records on both sides
+    assert len(split.train) + len(split.test) == samples.num_rows
+    assert test_tasks == set(split.params["test_tasks"])
+
+
+def test_by_task_holds_out_whole_tasks(store):
+    samples = store.samples()
+    for seed in range(5):
+        _assert_whole_tasks_held_out(samples, make_split(samples, "by-task", seed=seed))
+
+
+def test_by_task_holds_out_whole_tasks_of_many():
+    samples = _synthetic_samples(n_tasks=40, per_task=10)
+    for seed in range(3):
+        split = make_split(samples, "by-task", seed=seed)
+        _assert_whole_tasks_held_out(samples, split)
+        assert len(_tasks(samples, split.test)) == 8  # a fifth of the tasks
+
+
+def test_random_split_follows_its_seed():
+    samples = _synthetic_samples(n_tasks=4, per_task=250)  # C(250, 50)^4 ways to draw
+    first = make_split(samples, "random", seed=1)
+    assert make_split(samples, "random", seed=1) == first
+    for seed in (0, 2, 12345):
+        other = make_split(samples, "random", seed=seed)
+        assert len(other.test) == len(first.test) == 200
+        assert set(other.test) != set(first.test)
