@@ -91,3 +91,29 @@ def test_default_program_mask_finds_the_untuned_program(fixture_dbs, tmp_path):
     index = samples.column("record_index").to_pylist()
     assert mask.tolist() == [i == len(lines) for i in index]
     assert default_program_mask(samples, rows=[0]).shape == (1,)
+
+
+def test_split_data_trains_on_the_training_side_only(fixture_dbs, tmp_path):
+    from cdmpp.dataset.loader import split_data
+    from cdmpp.dataset.splits import make_split
+
+    build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    samples = store.samples()
+    ids = list(zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist()))
+    latency = samples.column("latency_s").to_pylist()
+    keys = samples.column("key").to_pylist()
+    for spec in ("random", "by-task"):
+        split = make_split(samples, spec, seed=0)
+        train, test = split_data(store, split)
+        assert {ids[i] for i in train.rows} == set(split.train)
+        assert {ids[i] for i in test.rows} == set(split.test)
+        assert not {ids[i] for i in train.rows} & set(split.test)
+        assert len(train.latency_s) == len(train.programs) == len(split.train)
+        assert len(test.latency_s) == len(test.programs) == len(split.test)
+        # labels and programs follow the rows
+        np.testing.assert_array_equal(train.latency_s, [latency[i] for i in train.rows])
+        np.testing.assert_array_equal(test.latency_s, [latency[i] for i in test.rows])
+        for i, row in enumerate(train.rows):
+            np.testing.assert_array_equal(train.programs.leaf_features[i],
+                                          store.program(keys[row])[0])

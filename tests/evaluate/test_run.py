@@ -72,3 +72,52 @@ def test_eval_prints_one_table_and_writes_the_report(fixture_dbs, tmp_path, caps
     assert "label noise floor" in out and "MAPE" in out
     for name in ("report.md", "predicted_vs_measured.png", "error_cdf.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+
+
+class _SpyEstimator:
+    """Records what `fit` is given; predicts 1 ms for every program."""
+
+    fits: list = []
+
+    def __init__(self, name):
+        self.name = name
+
+    def fit(self, programs, y, eval_set=None, sample_weight=None):
+        _SpyEstimator.fits.append((self.name, programs, np.asarray(y)))
+        return self
+
+    def predict(self, programs):
+        return np.full(len(programs), 1e-3)
+
+
+def test_eval_fits_every_model_on_the_training_side_only(fixture_dbs, tmp_path, monkeypatch,
+                                                         capsys):
+    import cdmpp.evaluate.run as run
+    from cdmpp.dataset.splits import Split
+    from cdmpp.features.store import FeatureStore
+
+    _SpyEstimator.fits = []
+    monkeypatch.setattr(run, "make_estimator", lambda name, *a, **k: _SpyEstimator(name))
+    args = ["eval", "--store", str(tmp_path / "store"), "--split", "random", "--workers", "1",
+            "--models", "cdmpp,xgb", "--report-dir", str(tmp_path / "report")]
+    for db in fixture_dbs:
+        args += ["--data", str(db)]
+    assert main(args) == 0
+
+    store = FeatureStore(tmp_path / "store")
+    samples = store.samples()
+    split = Split.load(store.path, "random")
+    ids = list(zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist()))
+    latency = samples.column("latency_s").to_pylist()
+    keys = samples.column("key").to_pylist()
+    assert len(set(latency)) == len(latency)  # a label names its record
+    record_of = {latency[i]: ids[i] for i in range(len(ids))}
+    key_of = {ids[i]: keys[i] for i in range(len(ids))}
+    assert [name for name, _, _ in _SpyEstimator.fits] == ["cdmpp", "xgb"]
+    for _, programs, y in _SpyEstimator.fits:
+        fitted_on = [record_of[v] for v in y.tolist()]
+        assert not set(fitted_on) & set(split.test)
+        assert sorted(fitted_on) == sorted(split.train)
+        for i, record in enumerate(fitted_on):  # each label with its own program
+            np.testing.assert_array_equal(programs.leaf_features[i],
+                                          store.program(key_of[record])[0])
