@@ -121,3 +121,45 @@ def test_eval_fits_every_model_on_the_training_side_only(fixture_dbs, tmp_path, 
         for i, record in enumerate(fitted_on):  # each label with its own program
             np.testing.assert_array_equal(programs.leaf_features[i],
                                           store.program(key_of[record])[0])
+
+
+def _mark_passes(db, ref_ratios: dict) -> None:
+    """A cdmpp sidecar giving records of `db` two passes of 3 repeats and these reference
+    ratios (a ratio above 1.10: the machine was disturbed during that pass)."""
+    import json
+
+    with open(db / "cdmpp_measurements.jsonl", "w") as f:
+        for index, ratios in ref_ratios.items():
+            f.write(json.dumps({"record_index": index, "repeats_per_pass": 3,
+                                "ref_ratios": ratios}) + "\n")
+
+
+def test_eval_counts_the_disturbed_test_labels(fixture_dbs, tmp_path, monkeypatch, capsys):
+    import cdmpp.evaluate.run as run
+    from cdmpp.dataset.splits import Split
+    from cdmpp.features.store import FeatureStore
+
+    dense, _, addrelu = fixture_dbs
+    # add+relu (resnet18, the test side): record 0 and 1 disturbed in every pass, record 2 in
+    # one pass only, record 3 without reference timings; a disturbed dense record (training)
+    _mark_passes(addrelu, {0: [1.5, 1.3], 1: [1.2, 2.0], 2: [1.5, 1.05]})
+    _mark_passes(dense, {0: [1.5, 1.5], 1: [1.0, 1.0]})
+    monkeypatch.setattr(run, "make_estimator", lambda name, *a, **k: _SpyEstimator(name))
+    args = ["eval", "--store", str(tmp_path / "store"), "--split", "by-network:resnet18",
+            "--workers", "1", "--models", "xgb", "--report-dir", str(tmp_path / "report")]
+    for db in fixture_dbs:
+        args += ["--data", str(db)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 test labels were timed with no pass on an undisturbed machine" in out
+    assert "2 test labels were timed" in (tmp_path / "report" / "report.md").read_text()
+
+    store = FeatureStore(tmp_path / "store")
+    split = Split.load(store.path, "by-network-resnet18")
+    assert {db for db, _ in split.test} == {str(addrelu)}
+    result = compare(store, split, models=("xgb",), log=lambda _: None)
+    np.testing.assert_array_equal(np.sort(result.clean_passes)[:3], [0, 0, 1])
+    assert result.noise_floor()["disturbed"] == 2
+    # none disturbed: a count of 0
+    clean = replace(result, clean_passes=np.array([1.0, 2.0, np.nan, np.nan]))
+    assert clean.noise_floor()["disturbed"] == 0
