@@ -163,3 +163,87 @@ def test_bad_split_or_model_names_fail_before_any_extraction(tmp_path, capsys, m
     assert "unknown model name(s) ['foo']" in err and "'xgb-work'" in err
     assert main(["train", *data, "--out", str(tmp_path / "m"), "--split", "by-task:x"]) == 2
     assert "unknown split" in capsys.readouterr().err
+
+
+@pytest.fixture
+def fit_calls(monkeypatch):
+    """Every CDMPPRegressor.fit call's (programs, y, sample_weight); the real fit still runs."""
+    import numpy as np
+
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    calls, real = [], CDMPPRegressor.fit
+
+    def spy(self, programs, y, *args, sample_weight=None, **kwargs):
+        calls.append((programs, np.asarray(y),
+                      None if sample_weight is None else np.asarray(sample_weight)))
+        return real(self, programs, y, *args, sample_weight=sample_weight, **kwargs)
+
+    monkeypatch.setattr(CDMPPRegressor, "fit", spy)
+    return calls
+
+
+def _records_by_label(store):
+    """{label: (db, record_index)} of a store's samples (the fixtures' labels are distinct)."""
+    samples = store.samples()
+    latency = samples.column("latency_s").to_pylist()
+    ids = zip(samples.column("db").to_pylist(), samples.column("record_index").to_pylist())
+    by_label = dict(zip(latency, ids))
+    assert len(by_label) == len(latency)
+    return by_label
+
+
+def test_split_trains_on_the_training_side_and_reports_the_test_side(fixture_dbs, tmp_path,
+                                                                      fit_calls, capsys):
+    from cdmpp.dataset.splits import Split
+    from cdmpp.features.store import FeatureStore
+
+    out = tmp_path / "model"
+    args = ["train", "--store", str(tmp_path / "store"), "--epochs", "1", "--workers", "1",
+            "--out", str(out), "--split", "random"]
+    for db in fixture_dbs:
+        args += ["--data", str(db)]
+    assert main(args) == 0
+
+    store = FeatureStore(tmp_path / "store")
+    split = Split.load(store.path, "random")
+    assert split.train and split.test
+    record_of = _records_by_label(store)
+    assert len(fit_calls) == 1
+    _, y, _ = fit_calls[0]
+    fitted_on = [record_of[v] for v in y.tolist()]
+    assert not set(fitted_on) & set(split.test)
+    assert sorted(fitted_on) == sorted(split.train)
+    trained_on = json.loads((out / "estimator.json").read_text())["trained_on"]
+    assert trained_on["records"] == len(split.train) and trained_on["split"] == "random"
+    printed = capsys.readouterr().out
+    assert f"trained on {len(split.train)} records" in printed
+    assert f"test side of random ({len(split.test)} records): MAPE" in printed
+
+
+def test_default_weight_reaches_training(tmp_path, fit_calls):
+    import numpy as np
+
+    from cdmpp.features.store import FeatureStore
+
+    db = shutil.copytree(FIXTURES / "dense_64x768x768", tmp_path / "dense_64x768x768")
+    record_file = db / "database_tuning_record.json"
+    lines = record_file.read_text().splitlines()
+    default = json.loads(lines[0])
+    default[1][0] = [[], []]  # an empty trace: the task's default (untuned) program
+    default[1][1] = [2 * t for t in default[1][1]]  # a label of its own
+    record_file.write_text("\n".join(lines + [json.dumps(default)]) + "\n")
+    common = ["train", "--data", str(db), "--store", str(tmp_path / "store"), "--epochs", "1",
+              "--workers", "1"]
+
+    assert main(common + ["--out", str(tmp_path / "weighted"), "--default-weight", "5"]) == 0
+    record_of = _records_by_label(FeatureStore(tmp_path / "store"))
+    _, y, weight = fit_calls[-1]
+    assert len(y) == 5 and weight is not None
+    want = [5.0 if record_of[v] == (str(db), len(lines)) else 1.0 for v in y.tolist()]
+    assert sorted(want) == [1.0, 1.0, 1.0, 1.0, 5.0]
+    np.testing.assert_array_equal(weight, want)
+
+    assert main(common + ["--out", str(tmp_path / "plain")]) == 0
+    _, y, weight = fit_calls[-1]
+    assert len(y) == 5 and (weight is None or np.all(weight == 1))
