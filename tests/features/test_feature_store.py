@@ -104,3 +104,63 @@ def test_samples_of_given_databases_only(fixture_dbs, tmp_path):
     assert 0 < only.num_rows < everything.num_rows
     assert set(only.column("db").to_pylist()) == {str(fixture_dbs[0])}
     assert store.samples(databases=[fixture_dbs[0].parent]).num_rows == everything.num_rows
+
+
+def test_failures_are_written_to_the_store(fixture_dbs, tmp_path):
+    from cdmpp.features.store import FAILURES_FILE
+
+    db = fixture_dbs[0]
+    lines = (db / "database_tuning_record.json").read_text().splitlines()
+    broken = json.loads(lines[0])
+    broken[1][0][0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]
+    with open(db / "database_tuning_record.json", "a") as f:
+        f.write(json.dumps(broken) + "\n")
+    report = build_store([db], tmp_path / "store", workers=1, progress=False)
+    path = tmp_path / "store" / FAILURES_FILE
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert written == report.failures and len(written) == 1
+    assert written[0]["db"] == str(db) and written[0]["record_index"] == len(lines)
+    assert written[0]["line"] == len(lines) + 1 and "does not replay" in written[0]["reason"]
+
+
+def test_program_key_depends_on_the_extractor_and_tvm_versions(fixture_dbs, monkeypatch):
+    import cdmpp.features.store as store_module
+    from cdmpp.features import FEATURE_VERSION
+    from cdmpp.features.store import program_key
+    from cdmpp.measure.database import load_database
+
+    rec = load_database(fixture_dbs[0]).records[0]
+    key = program_key(rec, FEATURE_VERSION)
+    assert program_key(rec, FEATURE_VERSION) == key  # a content key: the same every time
+    assert program_key(rec, FEATURE_VERSION + ".1") != key
+    monkeypatch.setattr(store_module, "_tvm_version", lambda: "0.0.0-not-this-tvm")
+    assert program_key(rec, FEATURE_VERSION) != key
+
+
+def test_a_store_of_other_versions_is_extracted_again(fixture_dbs, tmp_path, monkeypatch):
+    import cdmpp.features as features
+    import cdmpp.features.store as store_module
+
+    db, out = fixture_dbs[0], tmp_path / "store"
+    first = build_store([db], out, workers=1, progress=False)
+    assert first.extracted == 4 and first.reused == 0
+    old_keys = set(FeatureStore(out).keys)
+
+    def rebuilt():
+        report = build_store([db], out, workers=1, progress=False)
+        store = FeatureStore(out)
+        samples = store.samples()
+        assert samples.num_rows == 4  # the records' rows replaced, not duplicated
+        assert not set(samples.column("key").to_pylist()) & old_keys
+        return report
+
+    with monkeypatch.context() as m:
+        m.setattr(features, "FEATURE_VERSION", features.FEATURE_VERSION + ".1")
+        report = rebuilt()
+        assert report.extracted == 4 and report.reused == 0
+    with monkeypatch.context() as m:
+        m.setattr(store_module, "_tvm_version", lambda: "0.0.0-not-this-tvm")
+        report = rebuilt()
+        assert report.extracted == 4 and report.reused == 0
+    again = build_store([db], out, workers=1, progress=False)  # the versions of the first build
+    assert again.extracted == 0 and again.reused == 4
