@@ -73,7 +73,7 @@ def cut_sample(db_dir: Path, out: Path, tasks: int, per_task: int, seed: int) ->
             records.append(json.dumps(line, separators=(",", ":")))
             sidecar.append(json.dumps(dict(rec.meta, record_index=len(records) - 1,
                                            measured_module=None)))
-            taken.add((rec.db, rec.record_index))
+            taken.add((str(Path(rec.db).resolve()), rec.record_index))  # as the store names it
             assert not rec.meta.get("measured_module"), "sample records must replay"
     if out.exists():
         shutil.rmtree(out)

@@ -103,6 +103,13 @@ def test_db_reports_bad_lines(dense_db, capsys):
     assert "no device.json" in out and '"mcpu": "znver4"' in out and "default thread pool" in out
 
 
+def test_db_counts_a_database_once_however_it_is_named(dense_db, capsys, monkeypatch):
+    monkeypatch.chdir(dense_db.parent)
+    assert main(["db", str(dense_db), dense_db.name, str(dense_db.parent)]) == 0
+    out = capsys.readouterr().out
+    assert "total: 4 records" in out and out.count(" records\n") == 1
+
+
 def test_db_strict_stops_at_the_first_bad_line(dense_db, capsys):
     with open(dense_db / "database_tuning_record.json", "a") as f:
         f.write("[0, [[[], []], [NaN], {}, []]]\n")

@@ -17,6 +17,7 @@ def test_build_store_from_real_databases(fixture_dbs, tmp_path):
     report = build_store(fixture_dbs, tmp_path / "store", workers=2, progress=False)
     # the 4 add+relu records are one program measured 4 times (its design space has one point)
     assert report.records == 12 and report.failures == [] and report.extracted == 9
+    assert report.same_program == 3 and "3 the same program as another record" in str(report)
     store = FeatureStore(tmp_path / "store")
     samples = store.samples()
     assert samples.num_rows == 12
@@ -164,3 +165,76 @@ def test_a_store_of_other_versions_is_extracted_again(fixture_dbs, tmp_path, mon
         assert report.extracted == 4 and report.reused == 0
     again = build_store([db], out, workers=1, progress=False)  # the versions of the first build
     assert again.extracted == 0 and again.reused == 4
+
+
+def test_a_database_is_one_identity_however_it_is_named(fixture_dbs, tmp_path, monkeypatch):
+    """The same database named by an absolute and a relative path is one set of records, and a
+    relative name means the database it names from where the command runs."""
+    from cdmpp.dataset.splits import make_split
+
+    store_dir = tmp_path / "store"
+    build_store([fixture_dbs[0]], store_dir, workers=1, progress=False)
+    monkeypatch.chdir(fixture_dbs[0].parent)
+    again = build_store([fixture_dbs[0].name, f"./{fixture_dbs[0].name}/"], store_dir,
+                        workers=1, progress=False)
+    assert again.records == 4 and again.extracted == 0
+    samples = FeatureStore(store_dir).samples()
+    assert samples.num_rows == 4 and set(samples.column("db").to_pylist()) == {
+        str(fixture_dbs[0].resolve())}
+    split = make_split(samples, "random", seed=0)
+    assert not set(map(tuple, split.train)) & set(map(tuple, split.test))
+    # another directory with a database of the same (relative) name: its own records only
+    other = tmp_path / "elsewhere"
+    (other / fixture_dbs[0].name).parent.mkdir()
+    import shutil
+
+    shutil.copytree(fixture_dbs[1], other / fixture_dbs[0].name)
+    monkeypatch.chdir(other)
+    build_store([fixture_dbs[0].name], store_dir, workers=1, progress=False)
+    mine = FeatureStore(store_dir).samples(databases=[fixture_dbs[0].name])
+    assert set(mine.column("task").to_pylist()) == {"softmax_12x64x64"}
+    assert mine.num_rows == 4 and FeatureStore(store_dir).samples().num_rows == 8
+
+
+def test_rows_of_an_older_store_with_relative_names_are_dropped(fixture_dbs, tmp_path,
+                                                               monkeypatch):
+    import pyarrow.parquet as pq
+
+    from cdmpp.features.store import SAMPLES_FILE
+
+    store_dir = tmp_path / "store"
+    build_store(fixture_dbs[:2], store_dir, workers=1, progress=False)
+    table = pq.read_table(store_dir / SAMPLES_FILE)  # as an older cdmpp wrote it: as typed
+    rows = table.to_pylist()
+    for r in rows:
+        r["db"] = r["db"].rsplit("/", 1)[1]
+    pq.write_table(type(table).from_pylist(rows, schema=table.schema), store_dir / SAMPLES_FILE)
+    with pytest.warns(UserWarning, match="8 samples of an older cdmpp"):
+        report = build_store(fixture_dbs[:1], store_dir, workers=1, progress=False)
+    assert report.extracted == 0  # their features are kept and reused
+    samples = FeatureStore(store_dir).samples()
+    assert samples.column("db").to_pylist() == [str(fixture_dbs[0].resolve())] * 4
+
+
+def test_failures_file_follows_the_latest_build_of_each_database(fixture_dbs, tmp_path):
+    from cdmpp.features.store import FAILURES_FILE
+
+    def break_one(db):
+        path = db / "database_tuning_record.json"
+        lines = path.read_text().splitlines()
+        broken = json.loads(lines[0])
+        broken[1][0][0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]
+        path.write_text("\n".join(lines + [json.dumps(broken)]) + "\n")
+        return lines
+
+    def listed():
+        path = tmp_path / "store" / FAILURES_FILE
+        return sorted(json.loads(line)["db"] for line in path.read_text().splitlines())
+
+    kept = [break_one(db) for db in fixture_dbs[:2]]
+    build_store(fixture_dbs[:2], tmp_path / "store", workers=1, progress=False)
+    assert listed() == sorted(str(db.resolve()) for db in fixture_dbs[:2])
+    # the first database fixed: its failure goes, the other database's stays
+    (fixture_dbs[0] / "database_tuning_record.json").write_text("\n".join(kept[0]) + "\n")
+    build_store(fixture_dbs[:1], tmp_path / "store", workers=1, progress=False)
+    assert listed() == [str(fixture_dbs[1].resolve())]

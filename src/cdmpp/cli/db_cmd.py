@@ -42,18 +42,21 @@ def run(args) -> int:
     from cdmpp.measure.timing import Protocol
 
     total, measurements, metas, skipped = 0, [], [], 0
+    paths = {}  # each database once, however often and however it is named
     for root in args.paths:
         for path in find_databases(root):
-            db = load_database(path, strict=args.strict)
-            total += len(db.records)
-            skipped += len(db.skipped)
-            measurements += [r.measurement for r in db.records]
-            metas += [r.meta for r in db.records]
-            print(f"{path}: {len(db.workloads)} workloads ({_names(db.workloads)}), "
-                  f"{len(db.records)} records")
-            print(f"  device: {device_line(path, db)}")
-            for line in db.skipped:
-                print(f"  skipped {line}")
+            paths.setdefault(path.resolve(), path)
+    for path in paths.values():
+        db = load_database(path, strict=args.strict)
+        total += len(db.records)
+        skipped += len(db.skipped)
+        measurements += [r.measurement for r in db.records]
+        metas += [r.meta for r in db.records]
+        print(f"{path}: {len(db.workloads)} workloads ({_names(db.workloads)}), "
+              f"{len(db.records)} records")
+        print(f"  device: {device_line(path, db)}")
+        for line in db.skipped:
+            print(f"  skipped {line}")
     print(f"total: {total} records, {skipped} bad lines skipped")
     print(noise_floor(measurements))
     rel = Protocol.ref_slow_rel

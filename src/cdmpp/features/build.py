@@ -6,10 +6,12 @@ import json
 import multiprocessing
 import os
 import sys
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdmpp.atomic import write_text_atomic
 from cdmpp.features.samples import device_id_of, sample_row, schema, tasks_json_of
 from cdmpp.features.store import (DEVICES_FILE, FAILURES_FILE, SAMPLES_FILE, FeatureStore,
                                   program_key, write_shard)
@@ -28,6 +30,7 @@ class BuildReport:
     records: int = 0
     extracted: int = 0
     reused: int = 0  # programs already in the store (same key)
+    same_program: int = 0  # records whose program another record of this run already has
     failures: list = field(default_factory=list)  # {"db", "record_index", "line", "reason"}
     # program key of every record read, by (db, record_index): callers need not hash again
     keys: dict = field(default_factory=dict, repr=False)
@@ -35,7 +38,9 @@ class BuildReport:
     def __str__(self) -> str:
         lines = [f"{self.records} records from {self.databases} databases: {self.extracted} "
                  f"programs extracted, {self.reused} already in the store, "
-                 f"{len(self.failures)} failed"]
+                 + (f"{self.same_program} the same program as another record, "
+                    if self.same_program else "")
+                 + f"{len(self.failures)} failed"]
         kinds: dict[str, int] = {}
         for f in self.failures:
             kind = f["reason"].split(":")[0]
@@ -141,7 +146,6 @@ def add_shard(out: Path, asts: dict) -> int:
 def _record_devices(out: Path, databases) -> None:
     """Keep each database's device.json in the store (DEVICES_FILE, by device id), so device
     vectors can be read back without the databases."""
-    from cdmpp.atomic import write_text_atomic
 
     path = out / DEVICES_FILE
     devices = json.loads(path.read_text()) if path.exists() else {}
@@ -171,8 +175,9 @@ def open_store(db_paths, store: str | Path | None = None, *,
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 progress: bool = True) -> BuildReport:
     """Add every record of the databases under `db_paths` to the store at `out`."""
-    loaded = [load_database(path, strict=False)
-              for root in db_paths for path in find_databases(root)]
+    # each database once, however often and however it is named
+    paths = dict.fromkeys(path.resolve() for root in db_paths for path in find_databases(root))
+    loaded = [load_database(path, strict=False) for path in paths]
     return build_store_from(loaded, out, workers=workers, progress=progress)
 
 
@@ -184,7 +189,6 @@ def build_store_from(loaded, out: str | Path, *, workers: int | None = None,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cdmpp.atomic import write_text_atomic
     from cdmpp.features import FEATURE_VERSION
 
     out = Path(out)
@@ -208,6 +212,7 @@ def build_store_from(loaded, out: str | Path, *, workers: int | None = None,
             rows.append(sample_row(rec, key, device_id, tasks_json))
             if key in store.keys or key in pending:
                 report.reused += key in store.keys
+                report.same_program += key not in store.keys
                 continue
             pending.add(key)
             todo.append(rec)
@@ -224,16 +229,39 @@ def build_store_from(loaded, out: str | Path, *, workers: int | None = None,
                                     "line": rec.record_index + 1, "reason": errors[key]})
     failed_keys = set(errors)
 
-    # samples: replace rows of the same (db, record_index), keep the others
-    new = [r for r in rows if r["key"] not in failed_keys]
+    # samples: replace rows of the same (db, record_index), keep the others. A record is one
+    # row however its database was named (rows hold the absolute path); rows of an older
+    # cdmpp that kept the path as typed cannot be told apart from others, so they go (their
+    # features stay: their databases' next build reuses them)
+    new = list({(r["db"], r["record_index"]): r for r in rows
+                if r["key"] not in failed_keys}.values())
     fresh = {(r["db"], r["record_index"]) for r in new}
-    old = [r for r in store.samples().to_pylist() if (r["db"], r["record_index"]) not in fresh]
+    old = store.samples().to_pylist()
+    relative = [r for r in old if not Path(r["db"]).is_absolute()]
+    if relative:
+        warnings.warn(f"{out}: {len(relative)} samples of an older cdmpp named their database "
+                      "by a relative path and were dropped; give their databases again to "
+                      "add them back (their features are reused)")
+    old = [r for r in old if Path(r["db"]).is_absolute()
+           and (r["db"], r["record_index"]) not in fresh]
     table = pa.Table.from_pylist(old + new, schema=schema())
     tmp = out / f".{SAMPLES_FILE}.tmp"
     pq.write_table(table, tmp)
     os.replace(tmp, out / SAMPLES_FILE)
     _record_devices(out, databases)
-    if report.failures:
-        write_text_atomic(out / FAILURES_FILE,
-                          "".join(json.dumps(f) + "\n" for f in report.failures))
+    _write_failures(out, databases, report.failures)
     return report
+
+
+def _write_failures(out: Path, databases, failures: list) -> None:
+    """FAILURES_FILE: the failures of every database in the store as of its latest build; the
+    databases built now replace theirs (a fixed record is no longer listed)."""
+    built = {str(Path(db).resolve()) for db in databases}
+    path = out / FAILURES_FILE
+    kept = []
+    if path.exists():
+        kept = [f for f in (json.loads(line) for line in path.read_text().splitlines() if line)
+                if str(Path(f["db"]).resolve()) not in built]
+    entries = kept + [dict(f, db=str(Path(f["db"]).resolve())) for f in failures]
+    if entries or path.exists():
+        write_text_atomic(path, "".join(json.dumps(f) + "\n" for f in entries))

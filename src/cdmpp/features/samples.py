@@ -8,7 +8,7 @@ from pathlib import Path
 
 SCHEMA_FIELDS = (
     ("key", "string"),  # program key (features row)
-    ("db", "string"),  # database directory, as given
+    ("db", "string"),  # database directory, absolute: one identity however it was typed
     ("record_index", "int64"),  # line in database_tuning_record.json
     ("device_id", "string"),  # device.json id, else "<mcpu>/<num-cores>" of the record's target
     ("task", "string"),  # workload name, else its structural hash
@@ -86,7 +86,7 @@ def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
     def number(name: str) -> float:
         return number_or_nan(None if m is None else getattr(m, name))
 
-    return {"key": key, "db": record.db, "record_index": record.record_index,
+    return {"key": key, "db": str(Path(record.db).resolve()), "record_index": record.record_index,
             "device_id": device_id, "task": task, "op": op, "networks": networks,
             "workload_shash": record.workload.shash, "latency_s": number("latency_s"),
             "noise_rel": number("noise_rel"), "pass_to_pass_rel": number("pass_to_pass_rel"),
