@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -68,7 +69,9 @@ def test_measure_network_times_the_network_and_each_kernel(lowered, device, tmp_
     net = lowered("tiny_mlp")
     fast = Protocol(repeat=2, passes=2, max_extra_passes=0, min_repeat_ms=1)
     m = measure_network(net, device=device, protocol=fast, kernels=True)
-    assert 0 < m.latency_s < 0.01
+    # the network's label is its minimum over every repeat of every pass (no wall-clock bound)
+    assert math.isfinite(m.latency_s) and m.latency_s > 0
+    assert m.latency_s == min(m.measurement.run_secs)
     assert len(m.measurement.run_secs) == 4 and len(m.measurement.passes) == 2
     assert set(m.kernel_s()) == {k.name for k in net.kernels} and not m.failed
     assert m.to_json()["network_timing"]["run_secs"] == list(m.measurement.run_secs)

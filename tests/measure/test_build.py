@@ -137,7 +137,8 @@ def test_a_hung_or_crashed_build_fails_alone(monkeypatch):
     results = build_many([good, "slow", good, "crash", good], local_device().target,
                          timeout_s=3)
     assert [r.ok for r in results] == [True, False, True, False, True]
-    assert results[1].error.startswith("timeout") and results[1].build_secs >= 3
+    # the hung build is killed at its limit, which the outcome reports (not a clock reading)
+    assert results[1].error == "timeout: build took over 3 s"
     assert results[3].error == "build process killed by signal 9"
     assert all(r.module is not None for r in results if r.ok)
     assert {p.pid for p in psutil.Process().children()} <= before
