@@ -65,4 +65,7 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
     assert set(cal.values) == {"kernel_chain_1", "kernel_chain_16", "view_chain_1",
                                "view_chain_16", "tiny_kernel"}
     assert all(len(v) == 4 for v in cal.values.values())  # every repeat of every pass kept
+    assert cal.kernel_chain_s == tuple(min(cal.values[f"kernel_chain_{n}"]) for n in (1, 16))
+    assert cal.view_chain_s == tuple(min(cal.values[f"view_chain_{n}"]) for n in (1, 16))
+    assert cal.tiny_kernel_s == min(cal.values["tiny_kernel"])
     assert oh.OverheadCalibration.from_json(cal.to_json()) == cal
