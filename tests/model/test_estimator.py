@@ -59,7 +59,14 @@ def test_any_leaf_count_in_one_model(fitted, slice_data):
     _, test = slice_data
     counts = {len(f) for f in test.programs.leaf_features}
     assert len(counts) > 1  # the slice mixes programs with different numbers of stores
-    assert np.all(np.isfinite(fitted.predict(test.programs)))
+    together = fitted.predict(test.programs)  # one batch, padded to the most leaves
+    assert np.all(np.isfinite(together))
+    # padding does not leak: each program alone (no padding) is predicted as in the batch
+    n_leaves = np.array([len(f) for f in test.programs.leaf_features])
+    fewer = np.flatnonzero(n_leaves < n_leaves.max())
+    assert len(fewer)
+    alone = np.array([fitted.predict(test.programs.subset([i]))[0] for i in fewer])
+    np.testing.assert_allclose(together[fewer], alone, rtol=1e-5)
 
 
 def test_predict_before_fit_is_a_clear_error(slice_data):
