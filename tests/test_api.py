@@ -147,3 +147,51 @@ def _short(device):
     from cdmpp.device import short_name
 
     return short_name(device)
+
+
+class RecordingEstimator(FixedEstimator):
+    """FixedEstimator that keeps the programs it was asked about."""
+
+    def __init__(self):
+        self.programs = []
+
+    def predict(self, programs):
+        self.programs.append(programs)
+        return super().predict(programs)
+
+
+def test_predict_network_applies_the_tuning_database(stored_overhead, tmp_path):
+    """A database with one record (tiny_mlp's first kernel, its outer loop parallel, timed
+    1 us): that kernel is predicted as scheduled there, and the database's time is replayed."""
+    from cdmpp.e2e.kernels import lower_network, workload_module
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.tvm_env import import_tvm, meta_schedule
+
+    tvm, ms = import_tvm(), meta_schedule()
+    from tvm import s_tir
+
+    device = stored_overhead
+    kernel = lower_network(import_network("tiny_mlp", 2), device.target).kernels[0]
+    sch = s_tir.Schedule(workload_module(kernel))
+    sch.parallel(sch.get_loops(sch.get_sblock("matmul"))[0])
+    (tmp_path / "db").mkdir()
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+    db.commit_tuning_record(ms.database.TuningRecord(
+        sch.trace, db.commit_workload(workload_module(kernel)), [1e-6],
+        tvm.target.Target(device.target), ms.arg_info.ArgInfo.from_prim_func(kernel.func)))
+
+    plain_model, tuned_model = RecordingEstimator(), RecordingEstimator()
+    plain = cdmpp.predict_network("tiny_mlp", batch=2, model=plain_model)
+    tuned = cdmpp.predict_network("tiny_mlp", batch=2, model=tuned_model,
+                                  tuning_db=tmp_path / "db")
+    assert [k.tuned for k in plain.kernels] == [False, False]
+    assert {k.name: k.tuned for k in tuned.kernels} == {k.name: k.name == kernel.name
+                                                        for k in plain.kernels}
+    assert {k.name: k.database_s for k in tuned.kernels} == {
+        k.name: 1e-6 if k.name == kernel.name else None for k in plain.kernels}
+    # the estimator saw the tuned schedule of that kernel: other features, same other kernel
+    (before,), (after,) = plain_model.programs, tuned_model.programs
+    i = before.task.index(kernel.name)
+    assert not np.array_equal(before.leaf_features[i], after.leaf_features[i])
+    for j in set(range(len(before))) - {i}:
+        np.testing.assert_array_equal(before.leaf_features[j], after.leaf_features[j])
