@@ -110,6 +110,11 @@ def test_domain_adaptation_trains_with_unlabeled_target_programs(slice_data):
     model = CDMPPRegressor(TINY, config).fit(train.programs, train.latency_s,
                                              unlabeled=test.programs)
     assert np.all(np.isfinite(model.predict(test.programs)))
+    # the same seed and target batches with a zero weight: the adaptation term is what differs
+    unweighted = TrainConfig(**{**config.to_json(), "adapt_weight": 0.0})
+    plain = CDMPPRegressor(TINY, unweighted).fit(train.programs, train.latency_s,
+                                                 unlabeled=test.programs)
+    assert not np.array_equal(plain.embed(test.programs), model.embed(test.programs))
     with pytest.raises(ValueError, match="unlabeled"):
         CDMPPRegressor(TINY, config).fit(train.programs, train.latency_s)
 
