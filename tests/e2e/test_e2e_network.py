@@ -78,9 +78,14 @@ def test_measure_network_times_the_network_and_each_kernel(lowered, device, tmp_
     # the first run on a device is its own reference: no slowdown; the best is kept
     assert m.host_slowdown == 1.0 and m.to_json()["host_slowdown"] == 1.0
     assert (device_dir(device.device_id) / REFERENCE_FILE).exists()
-    # the memory probe ran before each pass; one run shows one placement: none told apart
+    # the memory probe ran before each pass; placements are told apart only when its times
+    # did differ by the split (a loaded host can slow one probe that much)
+    from cdmpp.measure.placement import has_two_placements
+
     assert all(p.memory_probe_s > 0 for p in m.measurement.passes)
-    assert m.probe_best_s <= m.probe_worst_s and m.to_json()["by_placement"] == {}
+    assert m.probe_best_s <= m.probe_worst_s
+    assert (m.to_json()["by_placement"] == {}) == \
+        (not has_two_placements(m.probe_best_s, m.probe_worst_s))
 
 
 def test_unknown_network_names_the_choices():
