@@ -30,6 +30,30 @@ def test_samples_are_distinct_and_replay_to_the_measured_module():
                 assert tvm_codec.structural_equal(replayed, rebuilt)
 
 
+def test_every_seed_gives_tvm_its_own_random_state(monkeypatch):
+    """TVM takes random state 0 as 1: seeds 0 and 1 sampled the very same programs."""
+    import warnings
+
+    import pytest
+
+    from cdmpp.tvm_env import meta_schedule
+
+    states = []
+
+    def tune_context(**kw):  # record the state, then stop: no design space, default only
+        states.append(kw["rand_state"])
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(meta_schedule(), "TuneContext", tune_context)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in (0, 1, 2):
+            sample_programs(_mod(MATMUL_64), local_device().target, 2, task="t", seed=seed)
+    assert len(set(states)) == 3 and min(states) >= 1  # distinct, none TVM's 0 or -1
+    with pytest.raises(ValueError, match="non-negative"):
+        sample_programs(_mod(MATMUL_64), local_device().target, 2, task="t", seed=-1)
+
+
 def test_candidates_are_persisted_not_resampled(tmp_path):
     path = tmp_path / "c.json"
     first = load_or_sample(path, _mod(MATMUL_64), local_device().target, 3, task="t")

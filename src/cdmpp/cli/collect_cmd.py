@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from cdmpp.cli import csv_list, positive_int
+from cdmpp.cli import csv_list, non_negative_int, positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -60,7 +60,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop cleanly after this many minutes (resume later)")
     p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the schedule sampling (each seed its own programs) and of "
+                        "--retest's draw (default 0). Sampled programs are kept in "
+                        "DIR/candidates: a rerun reuses them whatever the seed")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run)
 

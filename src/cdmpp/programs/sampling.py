@@ -66,6 +66,14 @@ def _candidate(key: str, kind: str, workload_mod, mod, trace_json, args_info) ->
                      replay_ok, kept)
 
 
+def tvm_rand_state(seed: int) -> int:
+    """TVM's random state for our `seed` (>= 0). TVM takes state 0 as 1, so seeds 0 and 1
+    sampled the same programs; -1 would mean "random": seed + 1 keeps every seed distinct."""
+    if seed < 0:
+        raise ValueError(f"a sampling seed is a non-negative integer, got {seed}")
+    return seed + 1
+
+
 def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
                     include_default: bool = True, max_rounds: int = 8,
                     existing: list[Candidate] = ()) -> list[Candidate]:
@@ -85,10 +93,11 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
         out.append(_candidate(f"{task}/default", "default", workload_mod, workload_mod,
                               EMPTY_TRACE, args))
     seen = {c.mod_shash for c in out}
+    rand_state = tvm_rand_state(seed)
     try:
         ctx = ms.TuneContext(mod=workload_mod, target=tvm.target.Target(target),
                              space_generator="post-order-apply", search_strategy="replay-trace",
-                             task_name=task, rand_state=seed, num_threads=1)
+                             task_name=task, rand_state=rand_state, num_threads=1)
         spaces = ctx.generate_design_space()
     except Exception as e:  # noqa: BLE001 - e.g. a fused kernel meta_schedule cannot schedule
         # The default program is still worth measuring; say why nothing else is.
