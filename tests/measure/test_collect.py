@@ -285,17 +285,17 @@ def test_retest_times_a_seeded_sample_again_and_reports_its_noise(tmp_path, no_m
     runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert runs[-1]["retest"]["test_retest"]["n"] == 2
     assert "test-retest" in str(summary)
-    # the same seed draws the same records
+    # a second retest takes the records not re-timed yet (4 records: the other two)
     again = retest(config, [MATMUL_64], 2, progress=False)
     regrown = [i for i, (old, new) in enumerate(zip(after, load_database(tmp_path).records))
                if len(new.measurement.run_secs) > len(old.measurement.run_secs)]
-    assert regrown == grown and again.selected == 2
+    assert again.selected == 2 and sorted(regrown + grown) == [0, 1, 2, 3]
     # the records keep why and how they were re-timed: `cdmpp db` reports it from them
     from cdmpp.cli.main import main
     from cdmpp.measure.noise import retested_ratios
 
     metas = [r.meta for r in load_database(tmp_path).records]
-    assert all(h["reason"] == "retest" for i in grown for h in metas[i]["remeasured"])
+    assert all(h["reason"] == "retest" for m in metas for h in m["remeasured"])
     assert len(retested_ratios(metas)) == 4
     assert main(["db", str(tmp_path)]) == 0
     assert "test-retest noise of 4 records" in capsys.readouterr().out
@@ -332,3 +332,24 @@ def test_the_most_disturbed_records_are_remeasured_first(tmp_path):
     assert [e["key"] for e in todo] == ["dense_64x64x64/2", "dense_64x64x64/default",
                                         "dense_64x64x64/0"]
     assert (summary.selected, summary.not_selected) == (3, 1)
+
+
+def test_retest_draws_the_least_retimed_records_first_in_a_seeded_order(tmp_path):
+    from cdmpp.measure.remeasure import _sample
+
+    def entry(i, sessions):
+        return {"key": f"dense_64x64x64/{i}", "ref_ratios": [1.0],
+                "remeasured": [{"reason": "retest"}] * sessions + [{"reason": "disturbed"}]}
+
+    journal = [entry(i, sessions) for i, sessions in enumerate([1, 0, 2, 0, 1, 0])]
+    todo, _ = _sample(journal, _config(tmp_path), [MATMUL_64], 4)
+    keys = [e["key"][-1] for e in todo]
+    assert sorted(keys[:3]) == ["1", "3", "5"] and keys[3] in ("0", "4")
+    assert [e["key"] for e in _sample(journal, _config(tmp_path), [MATMUL_64], 4)[0]] == \
+        [e["key"] for e in todo]  # the same seed, the same order
+    orders = {tuple(e["key"] for e in _sample(journal, replace(_config(tmp_path), seed=s),
+                                               [MATMUL_64], 6)[0]) for s in range(8)}
+    assert len(orders) > 1  # the seed orders records that were re-timed equally often
+    # records of tasks not named are counted, with the hint to name them
+    todo, summary = _sample(journal, _config(tmp_path), [SOFTMAX_SMALL], 4)
+    assert todo == [] and summary.not_selected == 6 and "--kernels-of" in str(summary)

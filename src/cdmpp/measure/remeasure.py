@@ -13,8 +13,10 @@ again with the collector's protocol. Its new passes are appended to its old ones
 toward the undisturbed time, and nothing measured is lost. Records without reference ratios
 (TVM's own databases, ../shared/data) are never touched.
 
-`--retest N` times again a random sample of N records, disturbed or not, the same way, and
-reports how far the new session's label (its minimum) lands from the old one: the label's
+`--retest N` times again N records, disturbed or not, the same way: those re-timed the fewest
+times so far, in a random order seeded by `--seed` (so a run stopped by its time budget, or
+killed, goes on with the records it did not reach, and a second `--retest N` takes N others),
+and reports how far the new session's label (its minimum) lands from the old one: the label's
 test-retest noise. Pass-to-pass noise only compares passes a few minutes apart; the host's
 state drifts over hours (docs/measurement.md), and a model's error on records timed on other
 days cannot go below this figure. `--retest all` is a second timing session of every record:
@@ -45,12 +47,14 @@ from cdmpp.types import Measurement
 @dataclass
 class RemeasureSummary:
     selected: int = 0  # records to re-time: of the tasks given, those with no undisturbed
-    # pass (--remeasure-disturbed) or those drawn at random (--retest)
+    # pass (--remeasure-disturbed) or those re-timed the fewest times (--retest)
     remeasured: int = 0  # timed again, passes appended
     now_clean: int = 0  # of those, with an undisturbed pass now
     failed: int = 0  # could not be built or run again: left as they were
     missing: int = 0  # no persisted program (or another protocol's): left as they were
-    not_selected: int = 0  # disturbed records of tasks not given (catalog filters/--kernels-of)
+    # records of tasks not given (catalog filters/--kernels-of): disturbed ones for
+    # --remeasure-disturbed, any for --retest
+    not_selected: int = 0
     seconds: float = 0.0
     waited_s: float = 0.0  # spent waiting for the machine to be quiet
     stopped_by_budget: bool = False
@@ -60,14 +64,15 @@ class RemeasureSummary:
     retest: bool = False  # a random sample, not the disturbed records
 
     def __str__(self) -> str:
-        selected = (f"{self.selected} records drawn at random" if self.retest
+        selected = (f"{self.selected} records drawn (the least re-timed first)" if self.retest
                     else f"{self.selected} records had no undisturbed pass")
         lines = [f"{selected}; re-timed {self.remeasured} "
                  f"({self.now_clean} now with an undisturbed pass), {self.failed} failed, "
                  f"{self.missing} without a persisted program; {self.seconds:.0f} s "
                  f"({self.waited_s:.0f} s waiting for a quiet machine)"]
         if self.not_selected:
-            lines.append(f"{self.not_selected} more disturbed records belong to tasks not "
+            which = "records" if self.retest else "disturbed records"
+            lines.append(f"{self.not_selected} more {which} belong to tasks not "
                          "selected: name them as they were collected (--ops / --network, or "
                          "--kernels-of NETWORKS --batches B for network kernels)")
         if self.retest and self.session_ratios:
@@ -120,9 +125,9 @@ def remeasure_disturbed(config: CollectConfig, tasks, *, progress: bool = True,
 
 def retest(config: CollectConfig, tasks, n: int | str, *, progress: bool = True,
            command: str | None = None) -> RemeasureSummary:
-    """Re-time `n` records of `tasks` drawn at random (seeded by `config.seed`), or every
-    record in random order (`n="all"`), and report the test-retest noise of their labels (see
-    the module docstring)."""
+    """Re-time the `n` records of `tasks` re-timed the fewest times so far (in a random order
+    seeded by `config.seed`), or every record (`n="all"`), and report the test-retest noise of
+    their labels (see the module docstring)."""
     if n == "all":
         n = sys.maxsize
     if not isinstance(n, int) or n < 1:
@@ -140,13 +145,21 @@ def _disturbed(journal, config: CollectConfig, tasks) -> tuple[list, RemeasureSu
     return todo, RemeasureSummary(selected=len(todo), not_selected=len(disturbed) - len(todo))
 
 
+def retest_sessions(entry: dict) -> int:
+    """How many `--retest` sessions timed this journal entry again."""
+    return sum(h.get("reason") == "retest" for h in entry.get("remeasured", []))
+
+
 def _sample(journal, config: CollectConfig, tasks, n: int) -> tuple[list, RemeasureSummary]:
     import random
 
     names = {t.name for t in tasks}
     pool = [e for e in journal if task_of_key(e["key"]) in names and e.get("ref_ratios")]
-    todo = random.Random(config.seed).sample(pool, min(n, len(pool)))
-    return todo, RemeasureSummary(selected=len(todo), retest=True)
+    order = random.Random(config.seed).sample(pool, len(pool))
+    order.sort(key=retest_sessions)  # stable: the least re-timed first, seeded among equals
+    todo = order[:n]
+    others = sum(1 for e in journal if e.get("ref_ratios")) - len(pool)
+    return todo, RemeasureSummary(selected=len(todo), not_selected=others, retest=True)
 
 
 def _run_and_log(config, tasks, progress, command, kind: str, select) -> RemeasureSummary:
