@@ -81,6 +81,32 @@ def test_replace_records_keeps_indices_and_the_journal_aligned(tmp_path):
         again.replace_records({7: (_line([1.0]), {"key": "t/7"})})
 
 
+def test_a_retiming_cut_between_journal_and_records_is_finished_on_open(tmp_path, monkeypatch):
+    from cdmpp.measure import store as store_module
+
+    store = RecordStore(tmp_path)
+    store.workload_index(WORKLOAD)
+    for i in range(3):
+        store.append(_line([0.1 * (i + 1)]), {"key": f"t/{i}", "run_secs": [0.1 * (i + 1)]})
+    real_write = store_module.write_text_atomic
+
+    def crash_on_records(path, text):  # the process dies before the records are rewritten
+        if path.name == RECORD_FILE:
+            raise KeyboardInterrupt
+        real_write(path, text)
+
+    monkeypatch.setattr(store_module, "write_text_atomic", crash_on_records)
+    with pytest.raises(KeyboardInterrupt):
+        store.replace_records({1: (_line([0.2, 0.15]), {"key": "t/1", "run_secs": [0.2, 0.15]})})
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="interrupted"):
+        RecordStore(tmp_path)  # no way to rebuild a record: refuse rather than mismatch
+    again = RecordStore(tmp_path, rebuild_record=lambda e, s: _line(e["run_secs"]))
+    records = [json.loads(r) for r in (tmp_path / RECORD_FILE).read_text().splitlines()]
+    assert records[1][1][1] == [0.2, 0.15] and again.journal[1]["run_secs"] == [0.2, 0.15]
+    assert len(records) == 3 and not (tmp_path / store_module.REPLACING_FILE).exists()
+
+
 def test_another_process_is_refused_while_a_store_is_open(tmp_path):
     import subprocess
     import sys

@@ -21,6 +21,7 @@ from cdmpp.atomic import write_text_atomic
 from cdmpp.measure.database import RECORD_FILE, SIDECAR_FILE, TASKS_FILE, WORKLOAD_FILE
 
 FAILURE_FILE = "failures.jsonl"
+REPLACING_FILE = ".replacing.json"  # record indices a re-timing is rewriting
 _COMPACT = (",", ":")
 
 
@@ -121,12 +122,12 @@ class RecordStore:
         return [line for line in (self.path / name).read_text(encoding="utf-8").split("\n") if line]
 
     def _reconcile(self, rebuild_record) -> None:
+        self._finish_replacing(rebuild_record)
         missing = self.journal[self.n_records:]
         if missing and rebuild_record is None:
             # no way to rebuild the record: forget the journal entry, the program is re-measured
             self.journal = self.journal[:self.n_records]
-            write_text_atomic(self.path / SIDECAR_FILE, "".join(
-                json.dumps(e, separators=_COMPACT) + "\n" for e in self.journal))
+            self._write_journal()
             return
         for entry in missing:
             _append_line(self.path / RECORD_FILE, rebuild_record(entry, self))
@@ -177,8 +178,9 @@ class RecordStore:
     def replace_records(self, updates: dict[int, tuple[str, dict]]) -> None:
         """Replace records in place, `{record_index: (record line, journal entry)}`: record
         indices (a record's identity) do not move. Each file is rewritten whole (temp file +
-        rename), the records first: a crash in between leaves the journal's older entry, which
-        only makes `--remeasure-disturbed` time that record again."""
+        rename): first a note of the indices (REPLACING_FILE), then the journal (it holds
+        everything measured), then the records, then the note goes. A crash in between leaves
+        the note, and the next open rebuilds those record lines from the journal."""
         if not updates:
             return
         records = self._lines(RECORD_FILE)
@@ -190,6 +192,25 @@ class RecordStore:
                                  f"{self.journal[i].get('record_index')}, not {i}")
             records[i] = line
             self.journal[i] = dict(entry, record_index=i)
+        write_text_atomic(self.path / REPLACING_FILE, json.dumps(sorted(updates)))
+        self._write_journal()
         write_text_atomic(self.path / RECORD_FILE, "".join(r + "\n" for r in records))
+        (self.path / REPLACING_FILE).unlink()
+
+    def _write_journal(self) -> None:
         write_text_atomic(self.path / SIDECAR_FILE, "".join(
             json.dumps(e, separators=_COMPACT) + "\n" for e in self.journal))
+
+    def _finish_replacing(self, rebuild_record) -> None:
+        """A crash interrupted `replace_records`: rewrite the noted records from the journal."""
+        note = self.path / REPLACING_FILE
+        if not note.exists():
+            return
+        if rebuild_record is None:
+            raise RuntimeError(f"{self.path}: a re-timing was interrupted ({REPLACING_FILE}); "
+                               "open it with cdmpp collect to finish it")
+        records = self._lines(RECORD_FILE)
+        for i in json.loads(note.read_text()):
+            records[i] = rebuild_record(self.journal[i], self)
+        write_text_atomic(self.path / RECORD_FILE, "".join(r + "\n" for r in records))
+        note.unlink()
