@@ -143,10 +143,17 @@ def test_a_build_that_times_out_is_recorded_and_the_rest_are_measured(tmp_path, 
     assert all(f["stage"] == "timeout" and f["task"] == "dense_64x64x64" for f in failures)
     keys = {r.meta["key"] for r in load_database(tmp_path).records}
     assert len(keys) == summary.ok == 4 - batches and not keys & {f["key"] for f in failures}
-    # a rerun does not build the failed programs again
+    assert all(f["timeout_s"] == _config(tmp_path).build_timeout_s for f in failures)
+    # a rerun does not build the failed programs again ...
     monkeypatch.setattr(collect_module, "build_many", real_build_many)
     again = collect(_config(tmp_path), [MATMUL_64], progress=False)
     assert again.ok == again.failed == 0 and again.already_done == 4
+    # ... unless it allows their builds longer than the limit that killed them
+    longer = replace(_config(tmp_path), build_timeout_s=_config(tmp_path).build_timeout_s + 30)
+    retried = collect(longer, [MATMUL_64], progress=False)
+    assert retried.ok == batches and retried.already_done == 4 - batches
+    assert len(load_database(tmp_path).records) == 4
+    assert collect(longer, [MATMUL_64], progress=False).ok == 0  # measured now: not again
 
 
 def test_refuses_to_mix_devices(tmp_path):

@@ -59,7 +59,9 @@ def add_parser(subparsers) -> None:
                         "sessions) then carry less of the host's drift (docs/measurement.md)")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop cleanly after this many minutes (resume later)")
-    p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--build-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="kill a program's build after this long (default 30); a rerun with a "
+                        "larger limit builds the programs killed at a smaller one again")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the schedule sampling (each seed its own programs) and of "
                         "--retest's draw (default 0). Sampled programs are kept in "

@@ -245,9 +245,26 @@ class _Run:
         return built
 
     def fail(self, task: Task, cand: Candidate, stage: str, error: str, build_secs: float) -> None:
-        self.store.append_failure({"key": cand.key, "task": task.name, "stage": stage,
-                                   "error": error[-2000:], "build_secs": round(build_secs, 3)})
+        entry = {"key": cand.key, "task": task.name, "stage": stage, "error": error[-2000:],
+                 "build_secs": round(build_secs, 3)}
+        if stage == "timeout":
+            entry["timeout_s"] = self.config.build_timeout_s
+        self.store.append_failure(entry)
         self.summary.failed += 1
+
+    def retried_timeouts(self) -> set[str]:
+        """Keys of programs whose every build so far was killed at a shorter time limit than
+        this run's `build_timeout_s`: a larger --build-timeout tries them again (how long a
+        build takes moves with the host's load). Programs measured since are not among them."""
+        limit = self.config.build_timeout_s
+        measured = {e["key"] for e in self.store.journal}
+        shorter: dict[str, bool] = {}
+        for f in self.store.failures:
+            # entries of older runs lack timeout_s: they were killed at about build_secs
+            was = f.get("timeout_s", f.get("build_secs", 0.0)) if f["stage"] == "timeout" else None
+            ok = was is not None and was < limit
+            shorter[f["key"]] = shorter.get(f["key"], True) and ok
+        return {k for k, ok in shorter.items() if ok and k not in measured}
 
     def measure(self, task: Task, built, progress) -> None:
         with self.stage("time"):
@@ -299,7 +316,7 @@ class _Run:
         from tqdm import tqdm
 
         start = self.start = time.monotonic()
-        done = self.store.done_keys
+        done = self.store.done_keys - self.retried_timeouts()
         done_per_task = Counter(task_of_key(k) for k in done)
         self.summary.already_done = sum(done_per_task[t.name] for t in self.tasks)
         # to do per task: its default program, and the sampled ones up to programs_per_task
