@@ -54,6 +54,20 @@ def test_saved_split_reloads_identically(store):
     assert len(train) == len(split.train) and len(test) == len(split.test)
 
 
+def test_a_split_saved_again_drops_the_normalizers_of_the_one_it_replaces(store):
+    from cdmpp.dataset.normalize import fit_on_split
+
+    first = make_split(store.samples(), "random", seed=0)
+    first.save(store.path)
+    fit_on_split(store, first)
+    norm = store.path / "splits" / f"{first.name}.norm.npz"
+    assert norm.exists()
+    second = make_split(store.samples(), "random", seed=1)  # same name, other records
+    assert second.name == first.name and second.train != first.train
+    second.save(store.path)
+    assert not norm.exists()  # fitted on the first split's training side: not this one's
+
+
 def test_bad_specs_are_clear(store):
     with pytest.raises(ValueError, match="alexnet"):
         make_split(store.samples(), "by-network:alexnet")

@@ -51,6 +51,9 @@ class Split:
             "name": self.name, "kind": self.kind, "params": self.params,
             "train": [list(s) for s in self.train], "test": [list(s) for s in self.test],
             "excluded": [list(s) for s in self.excluded]}))
+        # normalizers saved beside an earlier split of this name were fitted on its training
+        # side: they go with it (`cdmpp split` fits this one's)
+        (directory / f"{self.name}.norm.npz").unlink(missing_ok=True)
         return path
 
     @classmethod
