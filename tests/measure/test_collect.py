@@ -156,6 +156,20 @@ def test_a_build_that_times_out_is_recorded_and_the_rest_are_measured(tmp_path, 
     assert collect(longer, [MATMUL_64], progress=False).ok == 0  # measured now: not again
 
 
+def test_an_interrupted_run_is_in_the_manifest(tmp_path, monkeypatch):
+    from cdmpp.measure import collect as collect_module
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(collect_module._Run, "measure", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        collect(_config(tmp_path), [MATMUL_64], progress=False, command="cdmpp collect ...")
+    (run,) = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert run["interrupted"] is True and run["command"] == "cdmpp collect ..."
+    assert run["measured"] == 0 and run["seconds"] > 0
+
+
 def test_refuses_to_mix_devices(tmp_path):
     collect(replace(_config(tmp_path), programs_per_task=1), [MATMUL_64], progress=False)
     other = 1 if os.cpu_count() > 1 else 2

@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        resumable = args.command in ("collect", "features", "train")
+        print("interrupted" + (": run the same command again to go on" if resumable else ""),
+              file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, RuntimeError, IsADirectoryError, NotADirectoryError,
             PermissionError, FileExistsError) as e:

@@ -380,8 +380,10 @@ def append_manifest_run(out: Path, run: dict) -> None:
 
 
 def _append_manifest(out: Path, config: CollectConfig, summary: CollectSummary,
-                     started: str, tasks: list[Task], command: str | None) -> None:
+                     started: str, tasks: list[Task], command: str | None,
+                     interrupted: bool = False) -> None:
     append_manifest_run(out, {
+        **({"interrupted": True} if interrupted else {}),
         "command": command, "started": started,
         "tasks": [t.name for t in tasks], "config": asdict(config),
         "measured": summary.ok, "failed": summary.failed, "seconds": round(summary.seconds, 1),
@@ -400,6 +402,11 @@ def collect(config: CollectConfig, tasks: list[Task], *, progress: bool = True,
     run = _Run(config, tasks)
     try:
         summary = run.run(progress)
+    except KeyboardInterrupt:  # Ctrl-C: the run is in the manifest too, as far as it went
+        run.summary.seconds = time.monotonic() - run.start
+        _append_manifest(Path(config.out), config, run.summary, started, tasks, command,
+                         interrupted=True)
+        raise
     finally:
         run.store.close()
     _append_manifest(Path(config.out), config, summary, started, tasks, command)
