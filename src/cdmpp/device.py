@@ -292,8 +292,20 @@ def claim_directory(directory, device: Device) -> Device:
         raise DeviceMismatchError(
             f"{directory} holds measurements of device {stored.device_id}, but this is device "
             f"{device.device_id}; differing fields: {'; '.join(diffs) or '(id scheme only)'}. "
-            "Refusing to mix devices in one output directory; use another --out.")
+            "Refusing to mix devices in one output directory: "
+            + _same_device_hint(old, new) + "or use another --out.")
     return stored
+
+
+def _same_device_hint(old: dict, new: dict) -> str:
+    """How to run as the stored device again, where an option of collect can say so."""
+    hints = []
+    if old.get("threads") != new.get("threads"):
+        hints.append(f"--threads {old.get('threads')}")
+    old_mcpu = (old.get("target") or {}).get("mcpu")
+    if old_mcpu and old_mcpu != (new.get("target") or {}).get("mcpu"):
+        hints.append(f"--mcpu {old_mcpu}")
+    return f"to add to it, give {' '.join(hints)} (as it was collected), " if hints else ""
 
 
 def short_name(device: Device) -> str:

@@ -218,3 +218,15 @@ def test_the_cli_starts_without_numpy():
 
     code = "import sys, cdmpp.cli.main; assert 'numpy' not in sys.modules, 'numpy imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_closed_pipe_ends_the_output_quietly():
+    """`cdmpp collect --list | head -1`: no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "cdmpp.cli.main", "collect", "--list"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipe" not in err

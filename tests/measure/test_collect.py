@@ -173,8 +173,10 @@ def test_an_interrupted_run_is_in_the_manifest(tmp_path, monkeypatch):
 def test_refuses_to_mix_devices(tmp_path):
     collect(replace(_config(tmp_path), programs_per_task=1), [MATMUL_64], progress=False)
     other = 1 if os.cpu_count() > 1 else 2
-    with pytest.raises(DeviceMismatchError, match=str(tmp_path)):
+    with pytest.raises(DeviceMismatchError, match=str(tmp_path)) as refused:
         collect(replace(_config(tmp_path), threads=other), [MATMUL_64], progress=False)
+    stored = json.loads((tmp_path / "device.json").read_text())["threads"]
+    assert f"give --threads {stored} (as it was collected)" in str(refused.value)
 
 
 def test_time_budget_stops_cleanly(tmp_path):

@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
                         "batch dimensions bound to 1)")
     p.add_argument("--programs-per-task", type=positive_int, default=32, metavar="N")
     p.add_argument("--passes", type=positive_int, default=None, metavar="P",
-                   help="timing passes per program (default: the protocol's)")
+                   help="timing passes per program (default 3); up to 2 more when the two "
+                        "best disagree or fewer than two ran on an undisturbed machine")
     p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="threads used to run programs (default: all cores)")
     p.add_argument("--mcpu", default=None, metavar="NAME",

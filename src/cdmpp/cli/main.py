@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = one_line
     try:
         return int(args.run(args) or 0)
+    except BrokenPipeError:  # the reader went away (`cdmpp db ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer whose pipe was closed
     except KeyboardInterrupt:
         resumable = args.command in ("collect", "features", "train")
         print("interrupted" + (": run the same command again to go on" if resumable else ""),

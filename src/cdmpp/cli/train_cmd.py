@@ -26,6 +26,8 @@ def _common(p) -> None:
                    help="feature extraction processes")
     p.add_argument("--device", default=None, metavar="ID",
                    help="use only this device's records (needed when the databases hold several)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (extraction, training epochs)")
 
 
 def add_parser(subparsers) -> None:
@@ -65,7 +67,8 @@ def add_parser(subparsers) -> None:
 def _store(args):
     from cdmpp.features.build import open_store
 
-    return open_store(args.data, args.store, workers=args.workers)
+    return open_store(args.data, args.store, workers=args.workers,
+                      progress=not args.no_progress)
 
 
 def _train_config(args):
@@ -127,7 +130,7 @@ def run_train(args) -> int:
         if len(seeds) > 1:
             print(f"seed {seed} ({i} of {len(seeds)})", file=sys.stderr)
         member = CDMPPRegressor(train_config=replace(config, seed=seed),
-                                checkpoint_dir=str(ckpt), progress=True)
+                                checkpoint_dir=str(ckpt), progress=not args.no_progress)
         members.append(member.fit(train.programs, train.latency_s, sample_weight=weight))
         if with_device:
             member.device_vector_ = vector
@@ -166,7 +169,8 @@ def run_eval(args) -> int:
         samples = one_device(samples, args.device)
     split = make_split(samples, args.split, seed=args.seed)
     split.save(store.path)
-    result = compare(store, split, models, train_config=_train_config(args), progress=True,
+    result = compare(store, split, models, train_config=_train_config(args),
+                     progress=not args.no_progress,
                      log=lambda msg: print(msg, file=sys.stderr))
     table = report.comparison_table(result.results, result.noise_floor())
     print(f"split {split.name}: {len(split.train)} train, {len(split.test)} test records")

@@ -159,7 +159,7 @@ def _record_devices(out: Path, databases) -> None:
 
 
 def open_store(db_paths, store: str | Path | None = None, *,
-               workers: int | None = None) -> FeatureStore:
+               workers: int | None = None, progress: bool = True) -> FeatureStore:
     """The feature store at `store` (default: the shared one, `paths.default_store_dir()`)
     after adding every record of `db_paths`; the build report goes to stderr."""
     import sys
@@ -167,7 +167,7 @@ def open_store(db_paths, store: str | Path | None = None, *,
     from cdmpp.paths import default_store_dir
 
     path = Path(store) if store else default_store_dir()
-    print(build_store(db_paths, path, workers=workers), file=sys.stderr)
+    print(build_store(db_paths, path, workers=workers, progress=progress), file=sys.stderr)
     return FeatureStore(path)
 
 

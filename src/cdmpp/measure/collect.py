@@ -95,7 +95,7 @@ class CollectSummary:
             lines.append(f"{self.disturbed} records got no pass on an undisturbed machine: their "
                          "labels are likely too high; time them again later with "
                          "--remeasure-disturbed")
-        if self.noise is not None:
+        if self.noise is not None and self.ok:
             lines.append(str(self.noise))
         if self.device_measured is not None:
             m = self.device_measured

@@ -84,8 +84,8 @@ def _lock(path: Path) -> Path:
         handle.close()
         if e.errno not in (errno.EACCES, errno.EAGAIN):
             raise
-        raise RuntimeError(f"{path} is in use by another cdmpp process (collect or "
-                           "--remeasure-disturbed): wait for it to finish") from None
+        raise RuntimeError(f"{path} is in use by another cdmpp process (collect, "
+                           "--retest or --remeasure-disturbed): wait for it to finish") from None
     _HELD[key] = [handle, 1]
     return key
 
