@@ -52,10 +52,11 @@ def add_parser(subparsers) -> None:
                         "labels are too high); new passes are appended in place, same record "
                         "index, nothing is dropped")
     p.add_argument("--retest", type=_retest_count, default=None, metavar="N|all",
-                   help="sample nothing new: time again N records of --out, disturbed or not: the "
-                        "least re-timed first, in a random order (--seed), and print how far the new labels land "
-                        "from the old ones (the labels' test-retest noise); new passes are "
-                        "appended in place like --remeasure-disturbed. 'all': a second "
+                   help="sample nothing new: time again N records of --out, disturbed or "
+                        "not: the least re-timed first, in a random order (--seed), and print "
+                        "how far the new labels land from the old ones (the labels' "
+                        "test-retest noise); new passes are appended in place like "
+                        "--remeasure-disturbed. 'all': a second "
                         "timing session of every record, whose labels (the minimum over both "
                         "sessions) then carry less of the host's drift (docs/measurement.md)")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",

@@ -146,7 +146,6 @@ def add_shard(out: Path, asts: dict) -> int:
 def _record_devices(out: Path, databases) -> None:
     """Keep each database's device.json in the store (DEVICES_FILE, by device id), so device
     vectors can be read back without the databases."""
-
     path = out / DEVICES_FILE
     devices = json.loads(path.read_text()) if path.exists() else {}
     for db in databases:

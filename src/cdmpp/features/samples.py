@@ -86,8 +86,9 @@ def sample_row(record, key: str, device_id: str, tasks_json: dict) -> dict:
     def number(name: str) -> float:
         return number_or_nan(None if m is None else getattr(m, name))
 
-    return {"key": key, "db": str(Path(record.db).resolve()), "record_index": record.record_index,
-            "device_id": device_id, "task": task, "op": op, "networks": networks,
+    return {"key": key, "db": str(Path(record.db).resolve()),
+            "record_index": record.record_index, "device_id": device_id, "task": task,
+            "op": op, "networks": networks,
             "workload_shash": record.workload.shash, "latency_s": number("latency_s"),
             "noise_rel": number("noise_rel"), "pass_to_pass_rel": number("pass_to_pass_rel"),
             "clean_passes": number_or_nan(None if m is None else m.clean_passes(ref_slow_rel))}
