@@ -321,12 +321,13 @@ class _Run:
         self.summary.already_done = sum(done_per_task[t.name] for t in self.tasks)
         # to do per task: its default program, and the sampled ones up to programs_per_task
         # (a task measured earlier with more than that has none left)
-        todo_total = 0
+        expected = {}  # programs left per task, before its design space is sampled
         for t in self.tasks:
             default_done = f"{t.name}/default" in done
             sampled_done = done_per_task[t.name] - default_done
-            todo_total += (not default_done) + max(self.config.programs_per_task
-                                                   - sampled_done, 0)
+            expected[t.name] = (not default_done) + max(self.config.programs_per_task
+                                                        - sampled_done, 0)
+        todo_total = sum(expected.values())
         progress = tqdm(total=todo_total, unit="prog",
                         disable=not progress_enabled, file=sys.stderr, smoothing=0.05)
         for task in self.tasks:
@@ -335,6 +336,9 @@ class _Run:
                 break
             with self.stage("sample"):
                 todo = [c for c in self.candidates(task) if c.key not in done]
+            if len(todo) != expected[task.name]:  # a design space smaller than asked for
+                progress.total += len(todo) - expected[task.name]
+                progress.refresh()
             progress.set_description(task.name)
             for i in range(0, len(todo), self.config.batch_size):
                 if self.over_budget(start):
