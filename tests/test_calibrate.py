@@ -150,6 +150,43 @@ def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path
     assert not (tmp_path / "m").exists() and not (tmp_path / "m.data").exists()
 
 
+def test_a_rerun_choosing_other_tasks_keeps_what_earlier_runs_measured(base_model, tmp_path):
+    from conftest import MATMUL_64, SOFTMAX_SMALL
+
+    out = str(tmp_path / "calibrated")
+    quiet = {"log": lambda m: None, "progress": False}
+    first = calibrate(CalibrateConfig(out=out, model=str(base_model), tasks=1,
+                                      programs_per_task=3, epochs=1, fine_tunes=1),
+                      tasks=[MATMUL_64], **quiet)
+    again = calibrate(CalibrateConfig(out=out, model=str(base_model), tasks=1,
+                                      programs_per_task=3, epochs=1, fine_tunes=1),
+                      tasks=[SOFTMAX_SMALL], **quiet)
+    assert first["tasks"] == [MATMUL_64.name] and again["tasks"] == [SOFTMAX_SMALL.name]
+    assert again["earlier_tasks"] == [MATMUL_64.name]
+    assert again["records"] == first["records"] + 4  # the softmax's default + 3 sampled
+
+
+def test_wrong_output_ops_or_data_fail_before_anything_is_measured(base_model, tmp_path,
+                                                                     fixture_dbs):
+    import json as json_module
+
+    not_a_model = tmp_path / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds no estimator.json"):
+        calibrate(CalibrateConfig(out=str(not_a_model), model=str(base_model), tasks=1),
+                  log=lambda m: None, progress=False)
+    with pytest.raises(ValueError, match="no_such_op"):
+        calibrate(CalibrateConfig(out=str(tmp_path / "m"), model=str(base_model), tasks=1,
+                                  ops=("no_such_op",)), log=lambda m: None, progress=False)
+    other = fixture_dbs[0]  # timed on this kind of machine; say it was another device
+    (other / "device.json").write_text(json_module.dumps({"device_id": "0123456789abcdef"}))
+    with pytest.raises(ValueError, match="0123456789abcdef"):
+        calibrate(CalibrateConfig(out=str(tmp_path / "m"), model=str(base_model), tasks=0,
+                                  data=(str(other),)), log=lambda m: None, progress=False)
+    assert not (tmp_path / "notes.data").exists() and not (tmp_path / "m.data").exists()
+
+
 def test_kmeans_order_in_rounds_starts_with_a_representative_set():
     from cdmpp.calibrate import choose_tasks
     from cdmpp.dataset.programs import ProgramSet

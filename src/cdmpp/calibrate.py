@@ -70,7 +70,8 @@ class CalibrateConfig:
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.out).with_name(Path(self.out).name + ".data")
+        out = Path(self.out).resolve()  # "." and "models/." name a directory too
+        return out.with_name(out.name + ".data")
 
 
 def tasks_for_budget(budget_minutes: float, programs_per_task: int) -> int:
@@ -169,10 +170,10 @@ def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vec
 def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
-    from cdmpp.device import device_vector
+    from cdmpp.device import device_vector, local_device
     from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
-    from cdmpp.model.registry import load_estimator, save_estimator
+    from cdmpp.model.registry import check_output_dir, load_estimator, save_estimator
     from cdmpp.programs.catalog import select
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -185,9 +186,13 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
 
     for path in config.data:
         find_databases(path)  # a wrong --data fails before anything is written or measured
+    check_output_dir(config.out)  # else found only when saving, after all the measuring
+    candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = load_estimator(config.model)
     members = cdmpp_members(base, config.model)
     first = members[0]
+    here = local_device(config.threads, config.mcpu)
+    _check_data_devices(config.data, (here.device_id, target_device_id(here.target)))
     # the measured device, kept in the data directory: the collector reuses its figures, and
     # a resumed calibration gives the same device vector
     device, _ = claim_measured_device(config.data_dir, config.threads, config.mcpu)
@@ -198,7 +203,6 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                              f"{first.model_config_.device_dim}, this cdmpp makes {len(vector)}")
     else:
         vector = None
-    candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     measure = config.tasks != 0 and (config.tasks, config.budget_minutes) != (None, None)
     everything = None  # every candidate's default program: to choose from, and to adapt to
     if measure or config.adapt:
@@ -208,11 +212,14 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                       progress) if measure else []
     # a database without device.json (TVM's own tuner) is taken when its target is this one's
     this_device = (device.device_id, target_device_id(device.target))
-    train, n_extra = _training_programs(config.data_dir, chosen, config.data, this_device)
+    # every task measured in the data directory: those of earlier runs too (a rerun with
+    # another budget or k chooses other tasks; what was measured for this device still counts)
+    train, n_extra = _training_programs(config.data_dir, None, config.data, this_device)
     tasks_of_rows = list(train.programs.task or ())
     n_own = len(tasks_of_rows) - n_extra
     have = set(tasks_of_rows[:n_own])
     measured = [t for t in chosen if t in have]
+    earlier = sorted(have - set(chosen))
     if len(train.latency_s) < 2:
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
@@ -223,6 +230,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                              progress=progress)
     info = {"base_model": str(config.model), "device_id": device.device_id,
             "selection": config.selection if measure else None, "tasks": measured,
+            "earlier_tasks": earlier,
             "records": int(len(train.latency_s)), "data": str(config.data_dir),
             "extra_data": [str(d) for d in config.data],
             "extra_records": n_extra,
@@ -231,8 +239,25 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(model, config.out, trained_on=info)
     log(f"saved {config.out}: fine-tuned on {info['records']} programs ({len(measured)} tasks "
-        f"measured now, {n_extra} programs from --data) in {info['minutes']} min")
+        f"chosen now, {len(earlier)} more measured by earlier runs in {config.data_dir}, "
+        f"{n_extra} programs from --data) in {info['minutes']} min")
     return info
+
+
+def _check_data_devices(data, device_ids: tuple) -> None:
+    """Every database of `data` was measured on this device (by its device.json, or its
+    records' target when it has none): checked before anything is measured or extracted."""
+    from cdmpp.features.samples import device_id_of
+    from cdmpp.measure.database import find_databases, load_database
+
+    for root in data:
+        for path in find_databases(root):
+            records = load_database(path, strict=False).records
+            device = device_id_of(path, records[0].target) if records else None
+            if device is not None and device not in device_ids:
+                raise ValueError(f"{path} was measured on device {device}, not on this one "
+                                 f"({device_ids[0]}): calibrate fine-tunes on this device's "
+                                 "measurements only")
 
 
 def _measure(config: CalibrateConfig, candidates, everything, embedder, device, start, log,
@@ -262,9 +287,9 @@ def _measure(config: CalibrateConfig, candidates, everything, embedder, device, 
     return chosen
 
 
-def measured_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
-    """Labeled programs of `tasks` from a collection directory, and every program of the
-    collections `extra` (features extracted into `<data_dir>/features`)."""
+def measured_programs(data_dir: Path, tasks=None, extra=(), device_ids: tuple = ()):
+    """Labeled programs of `tasks` (None: every task) from a collection directory, and every
+    program of the collections `extra` (features extracted into `<data_dir>/features`)."""
     return _training_programs(data_dir, tasks, extra, device_ids)[0]
 
 
@@ -285,14 +310,14 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     build_store(sources, store_dir, progress=False)
     store = FeatureStore(store_dir)
     samples = store.samples(databases=sources)  # not what earlier calls added to the store
-    own_root, wanted = Path(data_dir).resolve(), set(tasks)
+    own_root, wanted = Path(data_dir).resolve(), None if tasks is None else set(tasks)
     own, others = [], []
     latency = samples.column("latency_s").to_numpy()
     for i, (db, task, device) in enumerate(zip(samples.column("db").to_pylist(),
                                                samples.column("task").to_pylist(),
                                                samples.column("device_id").to_pylist())):
         if Path(db).resolve() == own_root:
-            if task in wanted and np.isfinite(latency[i]):
+            if (wanted is None or task in wanted) and np.isfinite(latency[i]):
                 own.append(i)
             continue
         if device_ids and device not in device_ids:

@@ -208,6 +208,10 @@ def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, 
     assert (seen[2].tasks, seen[2].selection, seen[2].adapt) == (3, "random", "mmd")
     assert (seen[2].adapt_weight, seen[2].budget_minutes) == (0.3, 2.0)
     assert seen[0].selection == "kmeans" and seen[0].adapt is None  # the defaults
+    for budget in ("-1", "0", "nan"):
+        with pytest.raises(SystemExit):
+            main(["calibrate", "--out", "m", "--budget-minutes", budget])
+        assert "--budget-minutes: must be a positive number" in capsys.readouterr().err
 
 
 def test_the_cli_starts_without_numpy():

@@ -16,6 +16,20 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0 (a budget of 0 or less minutes is no budget)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
 def _int_at_least(text: str, low: int) -> int:
     import argparse
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from cdmpp.calibrate import FINE_TUNES
-from cdmpp.cli import csv_list, non_negative_int, positive_int
+from cdmpp.cli import csv_list, non_negative_int, positive_float, positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -19,21 +19,31 @@ def add_parser(subparsers) -> None:
                    help="the calibrated model; its measurements go to MODEL_DIR.data/")
     p.add_argument("--model", default="default", metavar="BASE",
                    help="the model to start from (default: the shipped one)")
-    p.add_argument("--budget-minutes", type=float, default=None, metavar="M",
+    p.add_argument("--budget-minutes", type=positive_float, default=None, metavar="M",
                    help="total time; without --tasks it also decides how many tasks fit")
     p.add_argument("--tasks", type=non_negative_int, default=None, metavar="K",
                    help="tasks to measure (0: none, fine-tune on --data only)")
-    p.add_argument("--selection", choices=("kmeans", "random"), default="kmeans")
-    p.add_argument("--programs-per-task", type=positive_int, default=8, metavar="N")
+    p.add_argument("--selection", choices=("kmeans", "random"), default="kmeans",
+                   help="kmeans: the k tasks most representative of the catalog in the base "
+                        "model's embedding (default); random: k tasks at random")
+    p.add_argument("--programs-per-task", type=positive_int, default=8, metavar="N",
+                   help="sampled programs measured per task, besides its default one "
+                        "(default: %(default)s)")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
                    help="domain adaptation towards every catalog task's default program here")
-    p.add_argument("--adapt-weight", type=float, default=0.1)
-    p.add_argument("--epochs", type=positive_int, default=100)
-    p.add_argument("--threads", type=positive_int, default=None, metavar="T")
+    p.add_argument("--adapt-weight", type=float, default=0.1,
+                   help="weight of the --adapt distance in the loss (default: %(default)s)")
+    p.add_argument("--epochs", type=positive_int, default=100,
+                   help="most fine-tuning epochs; early stopping may end sooner "
+                        "(default: %(default)s)")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="T",
+                   help="threads the programs run with (default: all cores; another count "
+                        "is another device)")
     p.add_argument("--mcpu", default=None, help="LLVM CPU to generate code for (default: host)")
     p.add_argument("--ops", type=csv_list, default=None, help="candidate tasks or operator families")
     p.add_argument("--network", type=csv_list, default=None, help="candidate networks")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the task choice, the sampling and the fine-tuning")
     p.add_argument("--fine-tunes", type=positive_int, default=FINE_TUNES, metavar="R",
                    help="fine-tune each member of the base model R times (other seeds) and "
                         "keep all, averaged (default: %(default)s)")

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports a writer whose pipe was closed
     except KeyboardInterrupt:
-        resumable = args.command in ("collect", "features", "train")
+        resumable = args.command in ("collect", "features", "train", "calibrate")
         print("interrupted" + (": run the same command again to go on" if resumable else ""),
               file=sys.stderr)
         return 130

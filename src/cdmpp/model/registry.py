@@ -76,6 +76,18 @@ def _feature_version() -> str:
     return FEATURE_VERSION
 
 
+def check_output_dir(directory) -> None:
+    """Raise unless `directory` can take a saved estimator: missing, empty, or one already
+    (callers that work long before saving check first)."""
+    directory = Path(directory)
+    if directory.exists():
+        if not directory.is_dir():
+            raise FileExistsError(f"{directory} exists and is not a directory")
+        if any(directory.iterdir()) and not (directory / META_FILE).exists():
+            raise FileExistsError(f"{directory} exists, is not empty and holds no {META_FILE}: "
+                                  "refusing to replace it with a saved estimator")
+
+
 def save_estimator(estimator, directory, *, trained_on: dict | None = None,
                    kind: str | None = None) -> Path:
     """Write `estimator` to `directory` (estimator.json + model); returns the directory.
@@ -88,12 +100,7 @@ def save_estimator(estimator, directory, *, trained_on: dict | None = None,
     kind = kind or kind_of(estimator)
     if kind not in KINDS:
         raise ValueError(f"unknown estimator kind {kind!r}; known kinds: {sorted(KINDS)}")
-    if directory.exists():
-        if not directory.is_dir():
-            raise FileExistsError(f"{directory} exists and is not a directory")
-        if any(directory.iterdir()) and not (directory / META_FILE).exists():
-            raise FileExistsError(f"{directory} exists, is not empty and holds no {META_FILE}: "
-                                  "refusing to replace it with a saved estimator")
+    check_output_dir(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.with_name(f".{directory.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
