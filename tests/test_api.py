@@ -195,3 +195,15 @@ def test_predict_network_applies_the_tuning_database(stored_overhead, tmp_path):
     assert not np.array_equal(before.leaf_features[i], after.leaf_features[i])
     for j in set(range(len(before))) - {i}:
         np.testing.assert_array_equal(before.leaf_features[j], after.leaf_features[j])
+    # timed here (its records' target is this device's): no word; timed elsewhere: a warning
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
+                              tuning_db=tmp_path / "db")
+    assert not [w for w in seen if "tuning database" in str(w.message)]
+    (tmp_path / "db" / "device.json").write_text('{"device_id": "0123456789abcdef"}')
+    with pytest.warns(UserWarning, match="timed on device 0123456789abcdef, not on this one"):
+        cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
+                              tuning_db=tmp_path / "db")
