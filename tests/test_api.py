@@ -74,6 +74,16 @@ def test_a_bad_program_is_named_before_any_model_is_loaded(sample_programs):
         cdmpp.predict_programs([programs[0], "not a program"], model="/nonexistent/model")
     with pytest.raises(TypeError, match="model must be a name, a directory or an estimator"):
         cdmpp.load_model(3)
+    from cdmpp.tvm_env import import_tvm
+
+    import_tvm()
+    from tvm import te
+
+    n = te.var("n")
+    a = te.placeholder((n, 64), name="A")
+    symbolic = te.create_prim_func([a, te.compute((n, 64), lambda i, j: a[i, j] * 2.0)])
+    with pytest.raises(ValueError, match=r"program 1 has a symbolic shape \(A: \[n, 64\]\)"):
+        cdmpp.predict_programs([programs[0], symbolic], model="/nonexistent/model")
 
 
 @pytest.mark.parametrize("form", ["torch", "builtin", "onnx"])
@@ -86,7 +96,7 @@ def test_predict_network_takes_a_module_a_name_or_an_onnx_file(form, stored_over
         module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                      torch.nn.Linear(32, 8)).eval()
         result = cdmpp.predict_network(module, (torch.randn(2, 16),), model=FixedEstimator())
-        assert result.network == "Sequential"
+        assert (result.network, result.batch) == ("Sequential", 2)  # its inputs' batch
     elif form == "builtin":
         result = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator())
         assert (result.network, result.batch) == ("tiny_mlp", 2)
@@ -113,6 +123,8 @@ def test_predict_network_refuses_what_it_cannot_import(stored_overhead):
         cdmpp.predict_network(3, model=model)
     with pytest.raises(ValueError, match="batch must be >= 1"):
         cdmpp.predict_network("tiny_mlp", batch=0, model=model)
+    with pytest.raises(ValueError, match=r"runs at its example inputs' batch \(1\), not batch=4"):
+        cdmpp.predict_network(torch.nn.Linear(4, 4), (torch.randn(1, 4),), batch=4, model=model)
 
 
 def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead, monkeypatch):

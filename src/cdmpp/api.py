@@ -37,6 +37,24 @@ def load_model(model=None):
     return load_estimator(model)
 
 
+def _check_static_shapes(program, i: int) -> None:
+    """A latency needs concrete sizes: a buffer shape with a variable (`n` rows) describes no
+    program that runs; its features would be of some arbitrary size."""
+    tvm = sys.modules["tvm"]
+    funcs = program.functions.values() if isinstance(program, tvm.IRModule) else [program]
+    for func in funcs:
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        for param in func.params:  # a tensor parameter carries its buffer's shape
+            try:
+                shape = list(param.shape)
+            except (AttributeError, TypeError, RuntimeError):  # a scalar parameter
+                continue
+            if not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+                raise ValueError(f"program {i} has a symbolic shape ({param.name}: {shape}): "
+                                 "bind its sizes before predicting it")
+
+
 def _programs_as_kernels(programs):
     from cdmpp.e2e.kernels import Kernel
     from cdmpp.tvm_env import import_tvm
@@ -53,6 +71,7 @@ def _programs_as_kernels(programs):
         if not isinstance(program, (tvm.tirx.PrimFunc, tvm.IRModule)):
             raise TypeError(f"program {i} is a {type(program).__name__}; expected a TIR "
                             "PrimFunc, an IRModule holding one, or a Schedule")
+        _check_static_shapes(program, i)
         kernels.append(Kernel(f"program {i}", 1, program))
     return kernels
 
@@ -127,7 +146,12 @@ def _relax_module(network, inputs, batch):
         from cdmpp.e2e.networks import import_torch
 
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-        return type(network).__name__, batch, import_torch(network, inputs)
+        leading = getattr(inputs[0], "shape", None) if inputs else None
+        runs_at = int(leading[0]) if leading is not None and len(leading) else None
+        if batch is not None and batch != runs_at:
+            raise ValueError(f"a torch.nn.Module runs at its example inputs' batch ({runs_at}), "
+                             f"not batch={batch}: give inputs of the batch to predict")
+        return type(network).__name__, runs_at, import_torch(network, inputs)
     from cdmpp.tvm_env import import_tvm
 
     if isinstance(network, import_tvm().IRModule):
