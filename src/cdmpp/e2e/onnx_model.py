@@ -79,8 +79,10 @@ def bound_shapes(dims: dict, batch: int | None = None,
             else:
                 raise ValueError(
                     f"input {name!r} has dimension {i} open ({d!r} in {ds}): only the leading "
-                    f"(batch) dimension is bound by --batch; give the input's shape "
-                    f"(shape_dict={{{name!r}: [...]}})")
+                    "(batch) dimension is bound by --batch. Export the model with that "
+                    "dimension fixed, or give the input's shape in Python: "
+                    "cdmpp.predict_network(import_onnx(path, "
+                    f"shape_dict={{{name!r}: [...]}})), import_onnx from cdmpp.e2e.networks")
         shapes[name] = shape
     if batch is not None and bound is None:
         if shapes and all(s and s[0] == batch for s in shapes.values()):
