@@ -126,8 +126,8 @@ def cdmpp_members(model, name) -> list:
     members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
     bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
     if bad:
-        raise ValueError(f"calibrate fine-tunes CDMPP models; {str(name)!r} is or holds a "
-                         f"{', '.join(bad)}")
+        raise ValueError(f"calibrate fine-tunes CDMPP models; {str(name)!r} is or holds "
+                         f"another kind: {', '.join(bad)}")
     return list(members)
 
 

@@ -23,12 +23,11 @@ def device_line(path, db) -> str:
     """Which device the database was timed on, as far as it says."""
     import json
 
-    from cdmpp.device import load_device
+    from cdmpp.device import load_device, short_name
 
     device = load_device(path)  # a corrupt device.json is a clear error naming the file
     if device is not None:
-        return (f"{device.device_id} ({device.cpu_model}, {device.threads} threads, "
-                f"mcpu {device.target.get('mcpu', '?')})")
+        return f"{device.device_id} ({short_name(device)})"
     targets = sorted({json.dumps(r.target, sort_keys=True) for r in db.records})
     shown = "; ".join(targets) or "none"
     return (f"no device.json; record targets: {shown}. The threads it was timed with are "

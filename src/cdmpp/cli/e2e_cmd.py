@@ -30,8 +30,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", default=None, metavar="MODEL",
                    help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
                         "(cdmpp trained on both VMs' data, fitted for the Zen 5 VM), xgb, "
-                        "ensemble (geometric mean of cdmpp and XGBoost), or a directory written "
-                        "by save_estimator (default: the shipped cdmpp model fitted for "
+                        "ensemble (geometric mean of cdmpp and XGBoost), or a model directory "
+                        "written by cdmpp train or cdmpp calibrate (default: the shipped cdmpp model fitted for "
                         "this machine's device, else default)")
     p.add_argument("--measure", action="store_true",
                    help="also time the network with TVM's VM and each kernel on its own")

@@ -18,8 +18,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", default=None, metavar="MODEL",
                    help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
                         "(cdmpp trained on both VMs' data, fitted for the Zen 5 VM), xgb, "
-                        "ensemble (geometric mean of cdmpp and XGBoost), or a directory written "
-                        "by save_estimator (default: the shipped cdmpp model fitted for "
+                        "ensemble (geometric mean of cdmpp and XGBoost), or a model directory "
+                        "written by cdmpp train or cdmpp calibrate (default: the shipped cdmpp model fitted for "
                         "the databases' one device, else default)")
     p.add_argument("--db", action="append", default=None, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable; default: the "
