@@ -213,9 +213,9 @@ def test_a_model_that_is_not_cdmpp_is_refused_by_name():
     from cdmpp.calibrate import cdmpp_members
     from cdmpp.model.estimator import CDMPPRegressor
 
-    with pytest.raises(ValueError, match="fine-tunes CDMPP models; 'xgb' is or holds a "
-                                         "XGBBaseline"):
+    with pytest.raises(ValueError, match="fine-tunes CDMPP models; 'xgb' is or holds "
+                                         "another kind: XGBBaseline"):
         cdmpp_members(XGBBaseline(), "xgb")
     mixed = EnsembleRegressor.from_fitted([CDMPPRegressor(), XGBBaseline()])
-    with pytest.raises(ValueError, match="'ensemble' is or holds a XGBBaseline$"):
+    with pytest.raises(ValueError, match="'ensemble' is or holds another kind: XGBBaseline$"):
         cdmpp_members(mixed, "ensemble")
