@@ -159,3 +159,15 @@ def test_a_tuning_database_with_unreadable_lines_is_read_without_them(lowered, d
         tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
     assert [k.tuned for k in tuned.kernels] == [True, False]
     assert database_latencies(tuned) == {kernel.name: 1e-6}
+
+
+def test_importing_a_torch_network_shows_none_of_torchs_own_deprecations():
+    """torch 2.13's export warns about its own pytree API on every call: not for our users."""
+    import warnings
+
+    from cdmpp.e2e.networks import import_network
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        import_network("tiny_mlp", 1)
+    assert not [w for w in seen if "LeafSpec" in str(w.message)]

@@ -390,9 +390,15 @@ def import_torch(model, inputs):
     import_tvm()
     from tvm.relax.frontend.torch import from_exported_program
 
-    with torch.no_grad():
+    import warnings
+
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch 2.13's own export warns about its own deprecated pytree API on every call:
+        # nothing a user of cdmpp can act on
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
+                                category=FutureWarning)
         exported = torch.export.export(model, tuple(inputs))
-    return from_exported_program(exported)
+        return from_exported_program(exported)
 
 
 def import_network(name: str, batch: int = 1, seed: int = 0):
