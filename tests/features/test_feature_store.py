@@ -70,13 +70,21 @@ def test_a_damaged_shard_is_named(fixture_dbs, tmp_path):
         FeatureStore(tmp_path / "store")
 
 
-def test_broken_records_are_reported_and_the_rest_extracted(fixture_dbs, tmp_path):
-    db = fixture_dbs[0]
-    lines = (db / "database_tuning_record.json").read_text().splitlines()
+def _append_unreplayable(db) -> list[str]:
+    """Append to `db` a copy of its first record whose trace names a block the workload does
+    not have (it cannot replay); return the record lines as they were."""
+    path = db / "database_tuning_record.json"
+    lines = path.read_text().splitlines()
     broken = json.loads(lines[0])
     broken[1][0][0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]
+    path.write_text("\n".join(lines + [json.dumps(broken)]) + "\n")
+    return lines
+
+
+def test_broken_records_are_reported_and_the_rest_extracted(fixture_dbs, tmp_path):
+    db = fixture_dbs[0]
+    _append_unreplayable(db)
     with open(db / "database_tuning_record.json", "a") as f:
-        f.write(json.dumps(broken) + "\n")
         f.write("[0, [[[], []], [NaN], {}, []]]\n")
     report = build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
     assert len(report.failures) == 2
@@ -111,11 +119,7 @@ def test_failures_are_written_to_the_store(fixture_dbs, tmp_path):
     from cdmpp.features.store import FAILURES_FILE
 
     db = fixture_dbs[0]
-    lines = (db / "database_tuning_record.json").read_text().splitlines()
-    broken = json.loads(lines[0])
-    broken[1][0][0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]
-    with open(db / "database_tuning_record.json", "a") as f:
-        f.write(json.dumps(broken) + "\n")
+    lines = _append_unreplayable(db)
     report = build_store([db], tmp_path / "store", workers=1, progress=False)
     path = tmp_path / "store" / FAILURES_FILE
     written = [json.loads(line) for line in path.read_text().splitlines()]
@@ -219,19 +223,11 @@ def test_rows_of_an_older_store_with_relative_names_are_dropped(fixture_dbs, tmp
 def test_failures_file_follows_the_latest_build_of_each_database(fixture_dbs, tmp_path):
     from cdmpp.features.store import FAILURES_FILE
 
-    def break_one(db):
-        path = db / "database_tuning_record.json"
-        lines = path.read_text().splitlines()
-        broken = json.loads(lines[0])
-        broken[1][0][0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]
-        path.write_text("\n".join(lines + [json.dumps(broken)]) + "\n")
-        return lines
-
     def listed():
         path = tmp_path / "store" / FAILURES_FILE
         return sorted(json.loads(line)["db"] for line in path.read_text().splitlines())
 
-    kept = [break_one(db) for db in fixture_dbs[:2]]
+    kept = [_append_unreplayable(db) for db in fixture_dbs[:2]]
     build_store(fixture_dbs[:2], tmp_path / "store", workers=1, progress=False)
     assert listed() == sorted(str(db.resolve()) for db in fixture_dbs[:2])
     # the first database fixed: its failure goes, the other database's stays
