@@ -392,12 +392,13 @@ def import_torch(model, inputs):
 
     import warnings
 
-    with torch.no_grad(), warnings.catch_warnings():
-        # torch 2.13's own export warns about its own deprecated pytree API on every call:
-        # nothing a user of cdmpp can act on
+    with warnings.catch_warnings():
+        # torch 2.13 warns about its own deprecated pytree API on every export: nothing a user
+        # of cdmpp can act on
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
                                 category=FutureWarning)
-        exported = torch.export.export(model, tuple(inputs))
+        with torch.no_grad():
+            exported = torch.export.export(model, tuple(inputs))
         return from_exported_program(exported)
 
 
