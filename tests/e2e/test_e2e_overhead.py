@@ -57,11 +57,6 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
     assert cal.overhead.per_builtin_s == pytest.approx(max(view_slope, 0.0), rel=1e-6)
     assert cal.overhead.per_invoke_s == pytest.approx(
         max(cal.kernel_chain_s[0] - (tiny + cal.overhead.per_call_s), 0.0), rel=1e-6)
-    # and the VM does add to each call, to each view and to entering `main`: none is zero
-    assert kernel_slope > tiny > 0 and cal.overhead.per_call_s > 0
-    assert cal.view_chain_s[1] > cal.view_chain_s[0] and cal.overhead.per_builtin_s > 0
-    assert cal.kernel_chain_s[0] > tiny + cal.overhead.per_call_s
-    assert cal.overhead.per_invoke_s > 0
     assert set(cal.values) == {"kernel_chain_1", "kernel_chain_16", "view_chain_1",
                                "view_chain_16", "tiny_kernel"}
     assert all(len(v) == 4 for v in cal.values.values())  # every repeat of every pass kept
