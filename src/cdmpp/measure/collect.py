@@ -194,8 +194,12 @@ class _Run:
         return self._candidates[task.name]
 
     def record_line(self, task: Task, cand: Candidate, run_secs) -> str:
+        return self._line(self.workload_index(task), cand, run_secs)
+
+    def _line(self, workload_index: int, cand: Candidate, run_secs) -> str:
+        """A TVM database record line: [workload index, [trace, run_secs, target, args]]."""
         body = [cand.trace_json, list(run_secs), self.target, cand.args_info_json]
-        return json.dumps([self.workload_index(task), body], separators=(",", ":"))
+        return json.dumps([workload_index, body], separators=(",", ":"))
 
     def _rebuild_record(self, entry: dict, store: RecordStore) -> str:
         """The record line of a journal entry whose line a crash kept from being written, from
@@ -211,8 +215,7 @@ class _Run:
                                f"is in {SIDECAR_FILE} but not in {RECORD_FILE}, and its "
                                f"{'program' if cand is None else 'workload'} is missing: "
                                "cannot rebuild it")
-        body = [cand.trace_json, list(entry["run_secs"]), self.target, cand.args_info_json]
-        return json.dumps([index, body], separators=(",", ":"))
+        return self._line(index, cand, entry["run_secs"])
 
     # -- one batch ---------------------------------------------------------------------------
     @contextlib.contextmanager

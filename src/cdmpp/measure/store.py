@@ -194,8 +194,11 @@ class RecordStore:
             self.journal[i] = dict(entry, record_index=i)
         write_text_atomic(self.path / REPLACING_FILE, json.dumps(sorted(updates)))
         self._write_journal()
-        write_text_atomic(self.path / RECORD_FILE, "".join(r + "\n" for r in records))
+        self._write_records(records)
         (self.path / REPLACING_FILE).unlink()
+
+    def _write_records(self, records: list[str]) -> None:
+        write_text_atomic(self.path / RECORD_FILE, "".join(r + "\n" for r in records))
 
     def _write_journal(self) -> None:
         write_text_atomic(self.path / SIDECAR_FILE, "".join(
@@ -212,5 +215,5 @@ class RecordStore:
         records = self._lines(RECORD_FILE)
         for i in json.loads(note.read_text()):
             records[i] = rebuild_record(self.journal[i], self)
-        write_text_atomic(self.path / RECORD_FILE, "".join(r + "\n" for r in records))
+        self._write_records(records)
         note.unlink()
