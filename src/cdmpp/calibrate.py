@@ -191,6 +191,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     base = load_estimator(config.model)
     members = cdmpp_members(base, config.model)
     first = members[0]
+    # --data of another device is refused before anything is written (a database without
+    # device.json, as TVM's own tuner writes, is taken when its target is this one's)
     here = local_device(config.threads, config.mcpu)
     _check_data_devices(config.data, (here.device_id, target_device_id(here.target)))
     # the measured device, kept in the data directory: the collector reuses its figures, and
@@ -210,11 +212,10 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         everything = default_programs(candidates, device.target).with_device(vector)
     chosen = _measure(config, candidates, everything, first, device, start, log,
                       progress) if measure else []
-    # a database without device.json (TVM's own tuner) is taken when its target is this one's
-    this_device = (device.device_id, target_device_id(device.target))
     # every task measured in the data directory: those of earlier runs too (a rerun with
-    # another budget or k chooses other tasks; what was measured for this device still counts)
-    train, n_extra = _training_programs(config.data_dir, None, config.data, this_device)
+    # another budget or k chooses other tasks; what was measured for this device still counts);
+    # --data's devices were checked above
+    train, n_extra = _training_programs(config.data_dir, None, config.data)
     tasks_of_rows = list(train.programs.task or ())
     n_own = len(tasks_of_rows) - n_extra
     have = set(tasks_of_rows[:n_own])
@@ -245,8 +246,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
 
 
 def _check_data_devices(data, device_ids: tuple) -> None:
-    """Every database of `data` was measured on this device (by its device.json, or its
-    records' target when it has none): checked before anything is measured or extracted."""
+    """Every database of `data` was measured on a device of `device_ids` (this device's
+    names), by its device.json, or its records' target when it has none (the device the
+    feature store gives its records): a calibration learns this device's latencies only."""
     from cdmpp.features.samples import device_id_of
     from cdmpp.measure.database import find_databases, load_database
 
@@ -304,6 +306,8 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     from cdmpp.features.store import FeatureStore
     from cdmpp.measure.database import RECORD_FILE
 
+    if device_ids:
+        _check_data_devices(extra, device_ids)  # before anything is extracted
     store_dir = Path(data_dir) / "features"
     has_own = (Path(data_dir) / RECORD_FILE).exists()  # not when nothing was measured
     sources = [data_dir] * has_own + list(extra)
@@ -313,17 +317,11 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     own_root, wanted = Path(data_dir).resolve(), None if tasks is None else set(tasks)
     own, others = [], []
     latency = samples.column("latency_s").to_numpy()
-    for i, (db, task, device) in enumerate(zip(samples.column("db").to_pylist(),
-                                               samples.column("task").to_pylist(),
-                                               samples.column("device_id").to_pylist())):
+    for i, (db, task) in enumerate(zip(samples.column("db").to_pylist(),
+                                       samples.column("task").to_pylist())):
         if Path(db).resolve() == own_root:
             if (wanted is None or task in wanted) and np.isfinite(latency[i]):
                 own.append(i)
-            continue
-        if device_ids and device not in device_ids:
-            raise ValueError(f"{db} was measured on device {device}, not on this one "
-                             f"({device_ids[0]}): calibrate fine-tunes on this device's "
-                             f"measurements only")
-        if np.isfinite(latency[i]):
+        elif np.isfinite(latency[i]):
             others.append(i)
     return labeled(store, samples, own + others), len(others)
