@@ -53,6 +53,9 @@ class NetworkModule:
     # the meta_schedule Database `tuning_db` names, opened once by `lower_network` (opening a
     # JSON database of 1,641 records takes ~5 s here); None without one
     database: object = field(default=None, compare=False, repr=False)
+    # the device `tuning_db` was timed on (its device.json, else its records' target), when
+    # it is a path with records; None otherwise
+    database_device_id: str | None = None
 
     def kernel(self, name: str) -> Kernel:
         for k in self.kernels:
@@ -120,12 +123,19 @@ def database_latencies(net: "NetworkModule", tuning_db=None) -> dict[str, float]
 
 def open_tuning_database(tuning_db):
     """None, a meta_schedule Database, or the path of a TVM JSON database."""
+    return read_tuning_database(tuning_db)[0]
+
+
+def read_tuning_database(tuning_db) -> tuple[object, str | None]:
+    """(`open_tuning_database(tuning_db)`, the device a path's records were timed on, or None
+    for a Database object or a database without records), reading the files once."""
     from pathlib import Path
 
     from cdmpp.tvm_env import meta_schedule
 
     if tuning_db is None or not isinstance(tuning_db, (str, os.PathLike)):
-        return tuning_db
+        return tuning_db, None
+    from cdmpp.features.samples import device_id_of
     from cdmpp.measure.database import load_database
 
     path = Path(tuning_db)
@@ -133,15 +143,16 @@ def open_tuning_database(tuning_db):
         raise FileNotFoundError(f"{path} is not a TVM JSON database (no database_workload.json)")
     # TVM's own reader crashes the process on a blank line and names no line on a broken one:
     # read the lines with ours first. Failed timings (TVM's 1e10 marker) are lines TVM reads.
-    unreadable = [s for s in load_database(path, strict=False).skipped
-                  if not s.reason.startswith("bad timing")]
+    loaded = load_database(path, strict=False)
+    timed_on = device_id_of(path, loaded.records[0].target) if loaded.records else None
+    unreadable = [s for s in loaded.skipped if not s.reason.startswith("bad timing")]
     if not unreadable:
-        return meta_schedule().database.JSONDatabase(work_dir=str(path))
+        return meta_schedule().database.JSONDatabase(work_dir=str(path)), timed_on
     n = len(unreadable)
     warnings.warn(f"{path}: {n} line{'s' * (n != 1)} cannot be read and {'are' if n != 1 else 'is'}"
                   f" left out of the tuning database (first: {unreadable[0]}); `cdmpp db "
-                  f"{path}` lists them", stacklevel=2)
-    return _readable_lines_database(path, {(s.file, s.line) for s in unreadable})
+                  f"{path}` lists them", stacklevel=3)
+    return _readable_lines_database(path, {(s.file, s.line) for s in unreadable}), timed_on
 
 
 def _readable_lines_database(path, unreadable: set):
@@ -233,7 +244,8 @@ def lower_network(mod, target, *, tuning_db=None, name: str = "network",
     """The fused network and its kernels (PrimFuncs that `main` calls, in first-call order)."""
     tvm = import_tvm()
 
-    database = open_tuning_database(tuning_db)  # opened once: database_latencies reads it too
+    # opened once: database_latencies reads it too
+    database, timed_on = read_tuning_database(tuning_db)
     fused, replaced, before = _fuse(mod, target, database)
     funcs = {gv.name_hint: f for gv, f in fused.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc)}
@@ -241,4 +253,5 @@ def lower_network(mod, target, *, tuning_db=None, name: str = "network",
                     for kname, calls in call_counts(fused).items())
     db_name = None if tuning_db is None else (
         str(tuning_db) if isinstance(tuning_db, (str, os.PathLike)) else type(tuning_db).__name__)
-    return NetworkModule(fused, kernels, target_dict(target), name, batch, db_name, database)
+    return NetworkModule(fused, kernels, target_dict(target), name, batch, db_name, database,
+                         timed_on)

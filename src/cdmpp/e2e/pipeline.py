@@ -15,24 +15,18 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def _warn_if_timed_elsewhere(tuning_db, device) -> None:
-    """A tuning database (a path) timed on another device: its schedules apply here, but the
-    replay of its timings is that device's, not a measure of the prediction's error."""
+def _warn_if_timed_elsewhere(net, device) -> None:
+    """A tuning database timed on another device: its schedules apply here, but the replay of
+    its timings is that device's, not a measure of the prediction's error."""
     import warnings
-    from pathlib import Path
 
-    if not isinstance(tuning_db, (str, Path)):
-        return  # a Database object: nothing says where it was timed
-    from cdmpp.features.samples import device_id_of, target_device_id
-    from cdmpp.measure.database import load_database
+    from cdmpp.features.samples import target_device_id
 
-    records = load_database(tuning_db, strict=False).records
-    if not records:
-        return
-    timed_on = device_id_of(tuning_db, records[0].target)
-    if timed_on not in (device.device_id, target_device_id(device.target)):
-        warnings.warn(f"the tuning database {tuning_db} was timed on device {timed_on}, not on "
-                      f"this one ({device.device_id}): the replay of its timings is that "
+    timed_on = net.database_device_id
+    if timed_on is not None and timed_on not in (device.device_id,
+                                                 target_device_id(device.target)):
+        warnings.warn(f"the tuning database {net.tuning_db} was timed on device {timed_on}, not "
+                      f"on this one ({device.device_id}): the replay of its timings is that "
                       "device's, not a check of this prediction")
 
 
@@ -52,7 +46,7 @@ def run_network(mod, estimator, device, *, name: str = "network", batch: int | N
     result = predict_network(estimator, net, device=device, log=log)
     if tuning_db:
         result = result.with_database(database_latencies(net))
-        _warn_if_timed_elsewhere(tuning_db, device)
+        _warn_if_timed_elsewhere(net, device)
     log(f"fused in {lower_s:.1f} s; predicted in {result.timings_s['prediction_s']:.2f} s")
     if measure:
         from cdmpp.e2e.measure import measure_network
