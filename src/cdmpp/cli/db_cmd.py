@@ -36,16 +36,12 @@ def device_line(path, db) -> str:
 
 
 def run(args) -> int:
-    from cdmpp.measure.database import find_databases, load_database
+    from cdmpp.measure.database import load_database, unique_databases
     from cdmpp.measure.noise import noise_floor, retest_noise, retested_ratios
     from cdmpp.measure.timing import Protocol
 
     total, measurements, metas, skipped = 0, [], [], 0
-    paths = {}  # each database once, however often and however it is named
-    for root in args.paths:
-        for path in find_databases(root):
-            paths.setdefault(path.resolve(), path)
-    for path in paths.values():
+    for path in unique_databases(args.paths):
         db = load_database(path, strict=args.strict)
         total += len(db.records)
         skipped += len(db.skipped)

@@ -16,7 +16,7 @@ from cdmpp.features.samples import device_id_of, sample_row, schema, tasks_json_
 from cdmpp.features.store import (DEVICES_FILE, FAILURES_FILE, SAMPLES_FILE, FeatureStore,
                                   program_key, write_shard)
 from cdmpp.gc_scope import heap_frozen
-from cdmpp.measure.database import find_databases, load_database
+from cdmpp.measure.database import load_database, unique_databases
 
 _CHUNK = 32  # records per extraction job: one workload decode serves the whole chunk
 # `build_store` writes a shard each time this many new programs are extracted: an interrupted
@@ -174,9 +174,7 @@ def open_store(db_paths, store: str | Path | None = None, *,
 def build_store(db_paths, out: str | Path, *, workers: int | None = None,
                 progress: bool = True) -> BuildReport:
     """Add every record of the databases under `db_paths` to the store at `out`."""
-    # each database once, however often and however it is named
-    paths = dict.fromkeys(path.resolve() for root in db_paths for path in find_databases(root))
-    loaded = [load_database(path, strict=False) for path in paths]
+    loaded = [load_database(path.resolve(), strict=False) for path in unique_databases(db_paths)]
     return build_store_from(loaded, out, workers=workers, progress=progress)
 
 

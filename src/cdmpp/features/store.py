@@ -140,11 +140,13 @@ class FeatureStore:
         table = pq.read_table(path)
         if databases is None:
             return table
-        from cdmpp.measure.database import find_databases
+        from cdmpp.measure.database import unique_databases
 
-        wanted = {str(Path(db).resolve()) for root in databases for db in find_databases(root)}
-        keep = [i for i, db in enumerate(table.column("db").to_pylist())
-                if str(Path(db).resolve()) in wanted]
+        wanted = {str(db.resolve()) for db in unique_databases(databases)}
+        column = table.column("db").to_pylist()
+        # resolved once per database, not per row (rows of an older cdmpp may be relative)
+        taken = {db for db in set(column) if str(Path(db).resolve()) in wanted}
+        keep = [i for i, db in enumerate(column) if db in taken]
         return table.take(pa.array(keep, type=pa.int64()))  # typed: `keep` may be empty
 
     def devices(self) -> dict:

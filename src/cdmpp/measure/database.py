@@ -198,6 +198,16 @@ def find_databases(path: str | Path) -> list[Path]:
     return found
 
 
+def unique_databases(roots) -> list[Path]:
+    """Every database under `roots` (see `find_databases`), each once however often and
+    however it is named (the first spelling kept)."""
+    found: dict[Path, Path] = {}
+    for root in roots:
+        for path in find_databases(root):
+            found.setdefault(path.resolve(), path)
+    return list(found.values())
+
+
 def write_database(path: str | Path, workloads: list[list], record_lines: list[str]) -> None:
     """Write a complete database (workload JSON pairs and record lines) atomically per file."""
     root = Path(path)
