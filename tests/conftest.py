@@ -109,3 +109,16 @@ def tiny_onnx():
     """write(path, batch="N") -> (w1, b1, w2): a two-layer MLP as an ONNX file (skips the test
     without the `onnx` package)."""
     return _write_tiny_onnx
+
+
+
+def strip_capture_handlers_from_meta_schedule_logger():
+    """Call before tuning in a test. pytest's log capture handlers (which have no name) end up
+    on meta_schedule's logger once a test has tuned, and TVM's next logging set-up
+    (`get_loggers_from_work_dir`) fails formatting their name None. Outside pytest the logger
+    holds only TVM's named handlers."""
+    import logging
+
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in logger.handlers if h.get_name() is None]:
+        logger.removeHandler(handler)

@@ -40,3 +40,33 @@ def _int_at_least(text: str, low: int) -> int:
     if value < low:
         raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
     return value
+
+
+def add_network_arguments(p) -> None:
+    """--network NAME | --onnx FILE, and --batch: the network `cdmpp e2e` and `cdmpp tune` take."""
+    from cdmpp.e2e.networks import NETWORKS
+
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--network", choices=sorted(NETWORKS), metavar="NAME",
+                     help=f"a built-in network: {', '.join(NETWORKS)}")
+    src.add_argument("--onnx", metavar="FILE", help="an ONNX model (needs the onnx package)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help="batch size: of a built-in network, or what an ONNX model's open "
+                        "(symbolic) leading input dimension is bound to (default: 1)")
+
+
+def import_network_argument(args, log) -> tuple[str, int | None, object]:
+    """(name, batch, Relax IRModule) of the network `add_network_arguments` parsed."""
+    if args.onnx:
+        from cdmpp.e2e.onnx_model import load_onnx
+
+        net = load_onnx(args.onnx, batch=args.batch)
+        log(f"{args.onnx}: inputs {net.input_shapes}")
+        return net.name, net.batch, net.mod
+    import torch
+
+    from cdmpp.e2e.networks import import_network
+
+    torch.set_num_threads(1)  # export only; keeps the cores for TVM
+    batch = args.batch or 1
+    return args.network, batch, import_network(args.network, batch)

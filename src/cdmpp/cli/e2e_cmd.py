@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from cdmpp.cli import non_negative_int, positive_int
+from cdmpp.cli import (add_network_arguments, import_network_argument, non_negative_int,
+                       positive_int)
 
 
 def add_parser(subparsers) -> None:
-    from cdmpp.e2e.networks import NETWORKS
-
     p = subparsers.add_parser(
         "e2e", help="predict the end-to-end latency of a whole network",
         description="Import a network (built-in, or ONNX), fuse it as TVM's CPU pipeline does, "
@@ -17,13 +16,7 @@ def add_parser(subparsers) -> None:
                     "graph with the device's calibrated per-call overhead. Prints the predicted "
                     "total and the top kernels; with --measure, also the measured total and "
                     "each kernel timed on its own. Writes a PNG breakdown.")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--network", choices=sorted(NETWORKS), metavar="NAME",
-                     help=f"a built-in network: {', '.join(NETWORKS)}")
-    src.add_argument("--onnx", metavar="FILE", help="an ONNX model (needs the onnx package)")
-    p.add_argument("--batch", type=positive_int, default=None,
-                   help="batch size: of a built-in network, or what an ONNX model's open "
-                        "(symbolic) leading input dimension is bound to (default: 1)")
+    add_network_arguments(p)
     p.add_argument("--tuning-db", metavar="DIR", default=None,
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
@@ -59,8 +52,6 @@ def run(args) -> int:
         model = load_estimator(spec)  # first: a missing model fails before TVM work
 
     from cdmpp.device import local_device, short_name
-    from cdmpp.e2e.networks import import_network
-    from cdmpp.e2e.onnx_model import load_onnx
     from cdmpp.e2e.pipeline import run_network
     from cdmpp.e2e.report import format_table, plot_breakdown, write_json
 
@@ -73,16 +64,7 @@ def run(args) -> int:
     if note:
         _log(note)
     start = time.perf_counter()
-    if args.onnx:
-        onnx_net = load_onnx(args.onnx, batch=args.batch)
-        name, batch, mod = onnx_net.name, onnx_net.batch, onnx_net.mod
-        _log(f"{args.onnx}: inputs {onnx_net.input_shapes}")
-    else:
-        import torch
-
-        torch.set_num_threads(1)  # export only; keeps the cores for TVM
-        name, batch = args.network, args.batch or 1
-        mod = import_network(name, batch)
+    name, batch, mod = import_network_argument(args, _log)
     _log(f"imported in {time.perf_counter() - start:.1f} s")
     result = run_network(mod, model, device, name=name, batch=batch, tuning_db=args.tuning_db,
                          measure=args.measure, log=_log)

@@ -7,10 +7,10 @@ import os
 import sys
 
 from cdmpp.cli import (calibrate_cmd, collect_cmd, db_cmd, e2e_cmd, env_cmd, features_cmd,
-                       predict_cmd, train_cmd)
+                       predict_cmd, train_cmd, tune_cmd)
 
 SUBCOMMANDS = (env_cmd, collect_cmd, db_cmd, features_cmd, train_cmd, predict_cmd, e2e_cmd,
-               calibrate_cmd)
+               calibrate_cmd, tune_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,70 @@
+"""`cdmpp tune`: tune a network's kernels with meta_schedule, cdmpp as the cost model."""
+
+from __future__ import annotations
+
+import sys
+
+from cdmpp.cli import (add_network_arguments, import_network_argument, non_negative_int,
+                       positive_float, positive_int)
+
+
+def add_parser(subparsers) -> None:
+    from cdmpp.tune.network import COST_MODELS
+
+    p = subparsers.add_parser(
+        "tune", help="tune a network's kernels with meta_schedule, cdmpp scoring candidates",
+        description="Tune every kernel TVM runs for a network (the kernels `cdmpp e2e` "
+                    "predicts) with meta_schedule's evolutionary search on this machine, "
+                    "the cdmpp model as its cost model and a forked builder with a time "
+                    "limit. Writes TVM's JSON database (and device.json) to --out, which "
+                    "`cdmpp e2e --tuning-db OUT` applies. A rerun into the same directory "
+                    "adds trials.")
+    add_network_arguments(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="the tuning database directory")
+    p.add_argument("--trials", type=positive_int, required=True,
+                   help="programs measured in all, over every kernel (TVM's max_trials_global)")
+    p.add_argument("--cost-model", choices=COST_MODELS, default="cdmpp",
+                   help="cdmpp (default), or TVM's own xgb / random, to compare")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="the cdmpp model: a shipped name or a model directory (default: the "
+                        "shipped model fitted for this machine's device, else default)")
+    p.add_argument("--online", action="store_true",
+                   help="also correct the cdmpp model from the tuner's own measurements "
+                        "(an XGBoost on the log ratio, once 32 programs are timed)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="the search's seed")
+    p.add_argument("--build-timeout", type=positive_float, default=30.0, metavar="S",
+                   help="seconds one program may take to compile before it is given up")
+    p.set_defaults(run=run)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    from cdmpp.device import local_device
+    from cdmpp.tune.network import tune_network
+
+    if args.cost_model != "cdmpp" and (args.model or args.online):
+        raise SystemExit("cdmpp tune: --model and --online choose and correct the cdmpp cost "
+                         f"model; they do nothing with --cost-model {args.cost_model}")
+    model = args.model
+    if model is not None:
+        from cdmpp.model.registry import load_estimator
+
+        model = load_estimator(model)  # a missing model fails before any TVM work
+    device = local_device()
+    name, _, mod = import_network_argument(args, _log)
+    summary = tune_network(mod, device, args.out, trials=args.trials,
+                           cost_model=args.cost_model, model=model, online=args.online,
+                           seed=args.seed, build_timeout_s=args.build_timeout, name=name,
+                           log=_log)
+    added = summary.records_after - summary.records_before
+    print(f"{name}: {len(summary.tasks)} kernels tuned, {added} programs measured "
+          f"({summary.records_after} in {summary.out})")
+    for why in summary.skipped:
+        print(f"  left untuned: {why}")
+    source = f"--onnx {args.onnx}" if args.onnx else f"--network {args.network}"
+    batch = f" --batch {args.batch}" if args.batch else ""
+    print(f"next: cdmpp e2e {source}{batch} --tuning-db {summary.out} --measure")
+    return 0

@@ -1,0 +1,89 @@
+"""A meta_schedule builder that compiles in a forked child, killed at a time limit.
+
+    database = ms.tune_tir(func, target, "work_dir", 64, cost_model=cdmpp.tune.cost_model(),
+                           builder=cdmpp.tune.builder())
+
+TVM's LocalBuilder starts worker processes that import TVM again (about 20 s here, with its
+tensor intrinsics), and a worker killed at the time limit is replaced by a new one that pays
+it again. This builder is the collector's (`cdmpp.measure.build`): a child forked from the
+tuning process inherits the imported TVM, compiles the batch in order, and is killed (and
+replaced by a new fork) when one program takes longer than `timeout_s`. Each program is
+handed to the runner as LLVM IR (`.ll`), which TVM's LocalRunner loads as it loads a library.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+
+def builder(timeout_s: float = 30.0):
+    """A `tvm.s_tir.meta_schedule.builder.Builder` for `tune_tir`/`tune_relax`."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+    return _builder_class()(timeout_s)
+
+
+def build_batch(mods, targets, timeout_s: float, work_dir: Path) -> list[tuple[str | None,
+                                                                              str | None]]:
+    """(artifact path, None) or (None, error) for each module, built for its target in
+    forked children; consecutive modules of one target share a child."""
+    from cdmpp.measure.build import _reports
+
+    out: list = [None] * len(mods)
+    start = 0
+    while start < len(mods):
+        end = start
+        while end < len(mods) and str(targets[end]) == str(targets[start]):
+            end += 1
+        group = list(range(start, end))
+        paths = []
+        for i in group:  # a directory each: TVM's RemoveBuildArtifact deletes an artifact's
+            (work_dir / str(i)).mkdir()  # directory once it has been run
+            paths.append(str(work_dir / str(i) / "main.ll"))
+        for j, report in _reports([mods[i] for i in group], targets[start], timeout_s, paths):
+            out[group[j]] = ((None, report["error"]) if "error" in report
+                             else (paths[j], None))
+        start = end
+    return out
+
+
+def _builder_class():
+    """The PyBuilder subclass, made on first use: `import cdmpp.tune` imports no TVM."""
+    global _CLASS
+    if _CLASS is None:
+        from cdmpp.tvm_env import import_tvm
+
+        import_tvm()
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+
+        @derived_object
+        class ForkBuilder(PyBuilder):
+            """meta_schedule builds in forked children (`cdmpp.tune.builder`)."""
+
+            def __init__(self, timeout_s: float):
+                super().__init__()
+                self.timeout_s = timeout_s
+                self._root = Path(tempfile.mkdtemp(prefix="cdmpp-tune-build-"))
+                weakref.finalize(self, shutil.rmtree, self._root, True)
+                self._batches = 0
+
+            def build(self, build_inputs):
+                # the runner has loaded the previous batch by the time the next is built
+                for old in self._root.iterdir():
+                    shutil.rmtree(old, ignore_errors=True)
+                self._batches += 1
+                work = self._root / str(self._batches)
+                work.mkdir()
+                built = build_batch([b.mod for b in build_inputs],
+                                    [b.target for b in build_inputs], self.timeout_s, work)
+                return [BuilderResult(path, error) for path, error in built]
+
+        _CLASS = ForkBuilder
+    return _CLASS
+
+
+_CLASS = None

@@ -1,0 +1,122 @@
+"""Tune a whole network's kernels with meta_schedule, cdmpp scoring the candidates.
+
+    net = import_network("resnet18", 1)
+    summary = tune_network(net, local_device(), "tuned-resnet18", trials=2000)
+    # then: cdmpp e2e --network resnet18 --tuning-db tuned-resnet18 --measure
+
+The tasks are the kernels `cdmpp e2e` predicts (`e2e.kernels.lower_network`: TVM's CPU fusion),
+each once however many networks' calls share it, weighted by its number of calls. Their
+workloads are the ones `MetaScheduleApplyDatabase` looks up, so the database written to `out`
+(TVM's JSON format, with this machine's `device.json`) is what `cdmpp e2e --tuning-db`
+applies. A rerun into the same directory adds trials: the search
+skips the programs the database already holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COST_MODELS = ("cdmpp", "xgb", "random")  # cdmpp's, or TVM's own for comparison
+
+
+@dataclass(frozen=True)
+class TuneSummary:
+    out: str
+    tasks: tuple[str, ...]  # kernel names tuned
+    skipped: tuple[str, ...] = field(default=())  # "name: why" meta_schedule cannot schedule
+    records_before: int = 0
+    records_after: int = 0
+
+
+def _tasks(net, target, seed: int, work_dir: str, log):
+    """(TuneContexts, weights, skipped): one context per distinct kernel."""
+    import tvm_ffi
+
+    from cdmpp.e2e.kernels import workload_module
+    from cdmpp.tvm_env import import_tvm, meta_schedule
+
+    tvm = import_tvm()
+    ms = meta_schedule()
+    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    distinct: dict[int, list] = {}  # hash -> [kernel, calls]
+    for k in net.kernels:
+        mod = workload_module(k)
+        entry = distinct.setdefault(int(tvm_ffi.structural_hash(mod)), [k.name, mod, 0])
+        entry[2] += k.calls
+    names = [name for name, _, _ in distinct.values()]
+    contexts, weights, skipped = [], [], []
+    loggers = get_loggers_from_work_dir(work_dir, names)
+    for (name, mod, calls), logger, rand_state in zip(distinct.values(), loggers,
+                                                       fork_seed(seed, n=len(names))):
+        ctx = ms.TuneContext(mod=mod, target=tvm.target.Target(target),
+                             space_generator="post-order-apply", search_strategy="evolutionary",
+                             task_name=name, rand_state=rand_state, num_threads="physical",
+                             logger=logger)
+        try:
+            ctx.generate_design_space()
+        except Exception as e:  # noqa: BLE001 - e.g. a kernel calling an extern library
+            first = str(e).splitlines()[0] if str(e) else ""
+            skipped.append(f"{name}: {type(e).__name__}: {first}")
+            log(f"  {name}: not tunable ({type(e).__name__}), left untuned")
+            continue
+        contexts.append(ctx.clone())
+        weights.append(float(calls))
+    return contexts, weights, skipped
+
+
+def _count_records(out) -> int:
+    from pathlib import Path
+
+    path = Path(out) / "database_tuning_record.json"
+    if not path.is_file():
+        return 0
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", model=None,
+                 online: bool = False, seed: int = 0, build_timeout_s: float = 30.0,
+                 trials_per_round: int = 32, name: str = "network", log=None) -> TuneSummary:
+    """Tune the kernels of Relax module `mod` for `device` (its target and thread count) with
+    `trials` measured programs in all, into the JSON database in directory `out`.
+    `cost_model`: "cdmpp" (`model`, None: the shipped model for this device; `online`: learn
+    from the measurements too), or TVM's "xgb" / "random"."""
+    from pathlib import Path
+
+    from cdmpp.device import claim_directory
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.tune.builder import builder
+    from cdmpp.tune.cost_model import cost_model as cdmpp_cost_model
+    from cdmpp.tvm_env import meta_schedule
+
+    log = log or (lambda _message: None)
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"cost_model must be one of {', '.join(COST_MODELS)}, got {cost_model!r}")
+    if trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials}")
+    if cost_model == "cdmpp":
+        if model is None:
+            from cdmpp.model.registry import for_device
+
+            model = for_device(device.device_id)
+        scorer = cdmpp_cost_model(model, online=online, seed=seed)  # a bad model fails first
+    else:
+        scorer = cost_model
+    ms = meta_schedule()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    claim_directory(out, device)  # one device per database, as the collector's
+    before = _count_records(out)
+    log(f"lowering {name}")
+    net = lower_network(mod, device.target, name=name)
+    contexts, weights, skipped = _tasks(net, device.target, seed, str(out), log)
+    if not contexts:
+        raise RuntimeError(f"{name}: meta_schedule can schedule none of its kernels")
+    log(f"tuning {len(contexts)} kernels with {trials} trials ({cost_model} cost model)")
+    ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=str(out),
+                  max_trials_global=trials, num_trials_per_iter=trials_per_round,
+                  builder=builder(build_timeout_s), runner="local", database="json",
+                  cost_model=scorer)
+    return TuneSummary(str(out), tuple(c.task_name for c in contexts), tuple(skipped), before,
+                       _count_records(out))

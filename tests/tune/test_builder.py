@@ -1,0 +1,63 @@
+"""The forked meta_schedule builder (`cdmpp.tune.builder`), alone and in a real tuning run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cdmpp.tune
+from cdmpp.device import local_device
+from cdmpp.tune.builder import build_batch
+from cdmpp.tvm_env import import_tvm, meta_schedule
+from conftest import MATMUL_64, strip_capture_handlers_from_meta_schedule_logger
+
+
+def _workload():
+    tvm = import_tvm()
+    return tvm.IRModule({"main": MATMUL_64.prim_func().with_attr("global_symbol", "main")})
+
+
+def test_each_artifact_runs_and_a_failure_is_reported_in_its_place(tmp_path):
+    tvm = import_tvm()
+    target = tvm.target.Target(local_device().target)
+    built = build_batch([_workload(), "not a module", _workload()], [target] * 3, 60, tmp_path)
+    assert built[1][0] is None and built[1][1]
+    paths = [built[0][0], built[2][0]]
+    assert all(error is None for _, error in (built[0], built[2]))
+    # one directory per artifact: TVM's RemoveBuildArtifact deletes it after the run
+    assert len({p.rsplit("/", 1)[0] for p in paths}) == 2
+    a = np.random.default_rng(0).uniform(size=(64, 64)).astype("float32")
+    b = np.random.default_rng(1).uniform(size=(64, 64)).astype("float32")
+    module = tvm.runtime.load_module(paths[0])
+    args = [tvm.runtime.tensor(x) for x in (a, b, np.zeros((64, 64), "float32"))]
+    module["main"](*args)
+    np.testing.assert_allclose(args[2].numpy(), a @ b.T, rtol=1e-4)  # TOPI dense: A B^T
+
+
+def test_a_build_over_its_time_limit_fails_alone(tmp_path):
+    tvm = import_tvm()
+    target = tvm.target.Target(local_device().target)
+    built = build_batch([_workload()] * 2, [target] * 2, 0.001, tmp_path)
+    assert all(path is None and error.startswith("timeout") for path, error in built)
+
+
+def test_timeout_must_be_positive():
+    with pytest.raises(ValueError, match="timeout_s must be positive"):
+        cdmpp.tune.builder(0)
+
+
+def test_tune_tir_with_cdmpp_cost_model_and_builder_times_every_trial(tmp_path):
+    tvm = import_tvm()
+    ms = meta_schedule()
+    target = tvm.target.Target(local_device().target)
+    strategy = ms.search_strategy.EvolutionarySearch(
+        population_size=16, init_measured_ratio=0, init_min_unmeasured=8, genetic_num_iters=1)
+    strip_capture_handlers_from_meta_schedule_logger()
+    database = ms.tune_tir(_workload(), target, str(tmp_path), max_trials_global=4,
+                           num_trials_per_iter=4, cost_model=cdmpp.tune.cost_model("default"),
+                           builder=cdmpp.tune.builder(), strategy=strategy, seed=3)
+    records = database.get_all_tuning_records()
+    assert len(records) == 4
+    assert all(r.run_secs and 0 < float(r.run_secs[0]) < 1 for r in records)
+    best = database.query_schedule(_workload(), target, workload_name="main")
+    assert best is not None
