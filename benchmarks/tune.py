@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--models", default="cdmpp,xgb,random",
-                    help="cost models, comma-separated: cdmpp, cdmpp-online, xgb, random, mlp")
+                    help="cost models, comma-separated: cdmpp, cdmpp-online, xgb, random")
     ap.add_argument("--tasks", default="all", help="indices into TASKS, comma-separated")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build-timeout", type=float, default=30.0)

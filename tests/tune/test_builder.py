@@ -61,3 +61,22 @@ def test_tune_tir_with_cdmpp_cost_model_and_builder_times_every_trial(tmp_path):
     assert all(r.run_secs and 0 < float(r.run_secs[0]) < 1 for r in records)
     best = database.query_schedule(_workload(), target, workload_name="main")
     assert best is not None
+
+
+def test_the_builder_keeps_each_artifact_for_the_runner_and_reports_timeouts():
+    import os
+
+    tvm = import_tvm()
+    ms = meta_schedule()
+    target = tvm.target.Target(local_device().target)
+    inputs = [ms.builder.BuilderInput(_workload(), target) for _ in range(2)]
+    builder = cdmpp.tune.builder(60)  # its artifacts go when it does
+    results = builder.build(inputs)
+    paths = [r.artifact_path for r in results]
+    assert all(r.error_msg is None for r in results) and len(set(map(os.path.dirname, paths))) == 2
+    assert all(os.path.isfile(p) for p in paths)  # the runner loads them after the build
+    tvm.runtime.load_module(paths[1]).get_function("main")
+    del builder, results
+    assert not any(os.path.exists(p) for p in paths)
+    slow = cdmpp.tune.builder(0.001).build(inputs)
+    assert all(r.artifact_path is None and r.error_msg.startswith("timeout") for r in slow)

@@ -72,14 +72,17 @@ def _builder_class():
                 self._batches = 0
 
             def build(self, build_inputs):
-                # the runner has loaded the previous batch by the time the next is built
-                for old in self._root.iterdir():
-                    shutil.rmtree(old, ignore_errors=True)
                 self._batches += 1
                 work = self._root / str(self._batches)
                 work.mkdir()
                 built = build_batch([b.mod for b in build_inputs],
                                     [b.target for b in build_inputs], self.timeout_s, work)
+                # TVM's RemoveBuildArtifact callback deletes each built program's directory
+                # once it has run (not before: the runner may still be loading it while the
+                # next batch is built); a failed build's is empty, and goes now
+                for i, (path, _) in enumerate(built):
+                    if path is None:
+                        shutil.rmtree(work / str(i), ignore_errors=True)
                 return [BuilderResult(path, error) for path, error in built]
 
         _CLASS = ForkBuilder
