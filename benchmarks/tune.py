@@ -1,6 +1,7 @@
 """cdmpp as the cost model of TVM's meta_schedule tuner, against TVM's own cost models.
 
-    python benchmarks/tune.py [--trials 64] [--models cdmpp,xgb,random] [--json OUT]
+    python benchmarks/tune.py [--trials 64] [--models cdmpp,cdmpp-offline,xgb,random] [--seed S]
+                              [--json OUT]
 
 Each task is tuned by `ms.tune_tir` (evolutionary search, cdmpp's forked builder, TVM's LocalRunner,
 the same seed) once per cost model, with the same number of trials. The best program each
@@ -56,7 +57,7 @@ def tune_once(func, target, cost_model_name: str, trials: int, seed: int, build_
     tvm = import_tvm()
     ms = meta_schedule()
     if cost_model_name.startswith("cdmpp"):
-        model = cdmpp.tune.cost_model(online=cost_model_name == "cdmpp-online")
+        model = cdmpp.tune.cost_model(online=cost_model_name != "cdmpp-offline")
         spent = [0.0]
         scores = model.scorer.scores
 
@@ -116,8 +117,9 @@ def retime(mods: dict, target, passes: int = 5) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=64)
-    ap.add_argument("--models", default="cdmpp,xgb,random",
-                    help="cost models, comma-separated: cdmpp, cdmpp-online, xgb, random")
+    ap.add_argument("--models", default="cdmpp,cdmpp-offline,xgb,random",
+                    help="cost models, comma-separated: cdmpp (corrected online, the default), "
+                         "cdmpp-offline (the model alone), xgb, random")
     ap.add_argument("--tasks", default="all", help="indices into TASKS, comma-separated")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build-timeout", type=float, default=30.0)

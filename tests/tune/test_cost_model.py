@@ -115,7 +115,7 @@ def test_a_candidate_that_cannot_be_featurized_scores_zero_and_the_rest_are_scor
 def test_offline_scorer_ignores_measurements(tuning):
     target, _, _, candidates = tuning
     schedules = [c.sch for c in candidates]
-    scorer = CandidateScorer(cdmpp.load_model("default"), min_online_samples=1)
+    scorer = CandidateScorer(cdmpp.load_model("default"), online=False, min_online_samples=1)
     before = scorer.predict_s(schedules, target)
     scorer.observe(schedules, [[1.0]] * 4, target)
     assert scorer.correction_ is None and not scorer.measured_log_ratio

@@ -42,7 +42,7 @@ def test_tune_writes_a_database_that_replaces_the_networks_kernels(tmp_path, tin
 def test_tvm_cost_models_take_no_cdmpp_options(tmp_path):
     with pytest.raises(SystemExit, match="do nothing with --cost-model xgb"):
         main(["tune", "--network", "resnet18", "--trials", "4", "--out", str(tmp_path),
-              "--cost-model", "xgb", "--online"])
+              "--cost-model", "xgb", "--offline"])
 
 
 def test_a_missing_model_fails_before_any_tvm_work(tmp_path, capsys):

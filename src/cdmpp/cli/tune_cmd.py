@@ -28,9 +28,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", default=None, metavar="MODEL",
                    help="the cdmpp model: a shipped name or a model directory (default: the "
                         "shipped model fitted for this machine's device, else default)")
-    p.add_argument("--online", action="store_true",
-                   help="also correct the cdmpp model from the tuner's own measurements "
-                        "(an XGBoost on the log ratio, once 32 programs are timed)")
+    p.add_argument("--offline", action="store_true",
+                   help="score with the cdmpp model alone (by default it is also corrected "
+                        "from the tuner's own measurements: an XGBoost on the log of measured "
+                        "over predicted latency, once 32 programs are timed)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the search's seed")
     p.add_argument("--build-timeout", type=positive_float, default=30.0, metavar="S",
                    help="seconds one program may take to compile before it is given up")
@@ -45,8 +46,8 @@ def run(args) -> int:
     from cdmpp.device import local_device
     from cdmpp.tune.network import tune_network
 
-    if args.cost_model != "cdmpp" and (args.model or args.online):
-        raise SystemExit("cdmpp tune: --model and --online choose and correct the cdmpp cost "
+    if args.cost_model != "cdmpp" and (args.model or args.offline):
+        raise SystemExit("cdmpp tune: --model and --offline choose and set up the cdmpp cost "
                          f"model; they do nothing with --cost-model {args.cost_model}")
     model = args.model
     if model is not None:
@@ -56,7 +57,7 @@ def run(args) -> int:
     device = local_device()
     name, _, mod = import_network_argument(args, _log)
     summary = tune_network(mod, device, args.out, trials=args.trials,
-                           cost_model=args.cost_model, model=model, online=args.online,
+                           cost_model=args.cost_model, model=model, online=not args.offline,
                            seed=args.seed, build_timeout_s=args.build_timeout, name=name,
                            log=_log)
     added = summary.records_after - summary.records_before

@@ -13,10 +13,11 @@ program the runner would time, as the collector's records are) and predicted by 
 The score TVM receives is `1e-6 / predicted seconds`: higher is faster, and one scale for every
 call, because the evolutionary search keeps its best candidates across generations by score.
 
-`online=True` also learns from the tuner's own measurements: an XGBoost fitted on the log of
-measured over predicted latency (per-store features summed per program, as the baselines see
-them) corrects the estimator once `min_online_samples` programs have been timed. Off by
-default: `benchmarks/tune.py` compares both with TVM's own cost models.
+With `online` (the default) it also learns from the tuner's own measurements: an XGBoost
+fitted on the log of measured over predicted latency (per-store features summed per program,
+as the baselines see them) corrects the estimator once `min_online_samples` programs have
+been timed. On by default because it found the better program in 5 of 6 runs of
+`benchmarks/tune.py` (docs/tune.md); `online=False` scores with the estimator alone.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class CandidateScorer:
     """The state behind the cost model, free of TVM's callback interface (so it can be tested
     and reused): predicted seconds of schedules, a cache of them, and the online correction."""
 
-    def __init__(self, estimator, *, online: bool = False, min_online_samples: int = 32,
+    def __init__(self, estimator, *, online: bool = True, min_online_samples: int = 32,
                  cache_size: int = 100_000, seed: int = 0):
         self.estimator = estimator
         self.online = online
@@ -147,12 +148,13 @@ class CandidateScorer:
             self._fit_correction()
 
 
-def cost_model(model=None, *, online: bool = False, min_online_samples: int = 32,
+def cost_model(model=None, *, online: bool = True, min_online_samples: int = 32,
                seed: int = 0):
     """A `tvm.s_tir.meta_schedule.cost_model.CostModel` for `tune_tir`/`tune_relax`/`TuneContext`.
 
     `model`: as `cdmpp.load_model` takes it (None: the shipped model for this machine).
-    `online`: also learn a correction from the tuner's measurements (see the module's doc).
+    `online`: also learn a correction from the tuner's measurements (see the module's doc;
+    False: the estimator alone).
     The candidates are featurized for the tuning context's target. `save(path)` writes the
     online measurements (npz) and `load(path)` reads them back."""
     from cdmpp.api import load_model

@@ -76,11 +76,11 @@ def _count_records(out) -> int:
 
 
 def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", model=None,
-                 online: bool = False, seed: int = 0, build_timeout_s: float = 30.0,
+                 online: bool = True, seed: int = 0, build_timeout_s: float = 30.0,
                  trials_per_round: int = 32, name: str = "network", log=None) -> TuneSummary:
     """Tune the kernels of Relax module `mod` for `device` (its target and thread count) with
     `trials` measured programs in all, into the JSON database in directory `out`.
-    `cost_model`: "cdmpp" (`model`, None: the shipped model for this device; `online`: learn
+    `cost_model`: "cdmpp" (`model`, None: the shipped model for this device; `online`: correct it
     from the measurements too), or TVM's "xgb" / "random"."""
     from pathlib import Path
 
