@@ -121,9 +121,10 @@ class _Compiler:
         os.close(self.fd)
 
 
-def _reports(mods, target, timeout_s: float, paths):
+def compile_reports(mods, target, timeout_s: float, paths):
     """(index, report) of every module in order, compiled by as many children as time-outs and
-    crashes need."""
+    crashes need. A report holds "secs" and, for a failure, "error"; each compiled module is
+    written as LLVM IR to its entry of `paths` (None: not written)."""
     first, compiler = 0, None
     try:
         while first < len(mods):
@@ -140,7 +141,7 @@ def _reports(mods, target, timeout_s: float, paths):
 
 def compiles_in_time(mod, target, timeout_s: float) -> BuildResult:
     """Compile `mod` in a forked child; kill it after `timeout_s`. No module is returned."""
-    (_, report), = _reports([mod], target, timeout_s, None)
+    (_, report), = compile_reports([mod], target, timeout_s, None)
     return BuildResult("error" not in report, report["secs"], report.get("error"))
 
 
@@ -195,7 +196,7 @@ def build_many(mods: Sequence, target, timeout_s: float) -> list[BuildResult]:
     _remove_stale_work_dirs()
     with tempfile.TemporaryDirectory(prefix=f"{_WORK_PREFIX}{os.getpid()}-") as work:
         paths = [os.path.join(work, f"{i}.ll") for i in range(len(mods))]
-        for i, report in _reports(mods, target, timeout_s, paths):
+        for i, report in compile_reports(mods, target, timeout_s, paths):
             compiled = BuildResult("error" not in report, report["secs"], report.get("error"))
             results.append(_load_built(compiled, paths[i]))
     return results

@@ -30,7 +30,7 @@ def build_batch(mods, targets, timeout_s: float, work_dir: Path) -> list[tuple[s
                                                                               str | None]]:
     """(artifact path, None) or (None, error) for each module, built for its target in
     forked children; consecutive modules of one target share a child."""
-    from cdmpp.measure.build import _reports
+    from cdmpp.measure.build import compile_reports
 
     out: list = [None] * len(mods)
     start = 0
@@ -43,7 +43,8 @@ def build_batch(mods, targets, timeout_s: float, work_dir: Path) -> list[tuple[s
         for i in group:  # a directory each: TVM's RemoveBuildArtifact deletes an artifact's
             (work_dir / str(i)).mkdir()  # directory once it has been run
             paths.append(str(work_dir / str(i) / "main.ll"))
-        for j, report in _reports([mods[i] for i in group], targets[start], timeout_s, paths):
+        reports = compile_reports([mods[i] for i in group], targets[start], timeout_s, paths)
+        for j, report in reports:
             out[group[j]] = ((None, report["error"]) if "error" in report
                              else (paths[j], None))
         start = end

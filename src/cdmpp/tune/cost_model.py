@@ -4,9 +4,9 @@
     from tvm.s_tir import meta_schedule as ms
 
     database = ms.tune_tir(func, target, "work_dir", max_trials_global=64,
-                           cost_model=cdmpp.tune.cost_model())        # shipped model, this machine
-    database = ms.relax_integration.tune_relax(mod, params, target, "work_dir", 2000,
-                                               cost_model=cdmpp.tune.cost_model("xgb"))
+                           cost_model=cdmpp.tune.cost_model())   # shipped model, this machine
+    database = ms.tune_tir(func, target, "work_dir", max_trials_global=64,
+                           cost_model=cdmpp.tune.cost_model("xgb"))   # the shipped XGBoost baseline
 
 Every candidate is featurized with `cdmpp.features.extract` on its schedule (the post-processed
 program the runner would time, as the collector's records are) and predicted by the estimator.
@@ -48,7 +48,7 @@ class CandidateScorer:
         self.failed = 0  # candidates that could not be featurized (scored 0)
         self.measured_x: list[np.ndarray] = []  # online: summed features of timed programs
         self.measured_log_ratio: list[float] = []  # online: log(measured / predicted)
-        self.correction_ = None  # the fitted online correction (an XGBBaseline-like regressor)
+        self.correction_ = None  # the fitted online correction (an xgboost.XGBRegressor)
 
     def _estimate(self, schedules, target) -> list[tuple[np.ndarray, float] | None]:
         """(summed features, estimator seconds) of each schedule, None where it cannot be
