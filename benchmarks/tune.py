@@ -3,8 +3,8 @@
     python benchmarks/tune.py [--trials 64] [--models cdmpp,cdmpp-offline,xgb,random] [--seed S]
                               [--json OUT]
 
-Each task is tuned by `ms.tune_tir` (evolutionary search, cdmpp's forked builder, TVM's LocalRunner,
-the same seed) once per cost model, with the same number of trials. The best program each
+Each task is tuned by `ms.tune_tir` (evolutionary search, cdmpp's forked builder, TVM's
+LocalRunner, the same seed) once per cost model, with the same number of trials. The best program each
 run found is then timed again, all of them interleaved in the same passes (the minimum over
 passes), so a slow host moment cannot favour one run. The tasks are operator shapes that
 are in no training data of the shipped models (checked against the catalog).
@@ -20,8 +20,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 # (op, shape) of the tasks: shapes no network of the catalog has
 TASKS = (
@@ -43,7 +41,8 @@ def read_latencies(work_dir: str) -> list[float | None]:
     """Each trial's latency (min of its run_secs) in the order the tuner measured them; None
     for a failed build or run."""
     out = []
-    for line in open(Path(work_dir) / "database_tuning_record.json"):
+    text = (Path(work_dir) / "database_tuning_record.json").read_text(encoding="utf-8")
+    for line in text.splitlines():
         record = json.loads(line)[1]
         secs = [float(s) for s in record[1]] if record[1] else []
         out.append(min(secs) if secs and max(secs) < 1e9 else None)

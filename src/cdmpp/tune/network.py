@@ -40,7 +40,7 @@ def _tasks(net, target, seed: int, work_dir: str, log):
     from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    distinct: dict[int, list] = {}  # hash -> [kernel, calls]
+    distinct: dict[int, list] = {}  # workload hash -> [kernel name, workload, calls]
     for k in net.kernels:
         mod = workload_module(k)
         entry = distinct.setdefault(int(tvm_ffi.structural_hash(mod)), [k.name, mod, 0])
