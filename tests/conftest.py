@@ -111,7 +111,6 @@ def tiny_onnx():
     return _write_tiny_onnx
 
 
-
 def strip_capture_handlers_from_meta_schedule_logger():
     """Call before tuning in a test. pytest's log capture handlers (which have no name) end up
     on meta_schedule's logger once a test has tuned, and TVM's next logging set-up
