@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -75,6 +77,10 @@ def test_the_builder_keeps_each_artifact_for_the_runner_and_reports_timeouts():
     paths = [r.artifact_path for r in results]
     assert all(r.error_msg is None for r in results) and len(set(map(os.path.dirname, paths))) == 2
     assert all(os.path.isfile(p) for p in paths)  # the runner loads them after the build
+    # under a work directory named as the collector's: a later build removes it if this
+    # process is killed
+    roots = {Path(p).parents[2].name for p in paths}  # root / batch / program / main.ll
+    assert len(roots) == 1 and roots.pop().startswith(f"cdmpp-build-{os.getpid()}-")
     tvm.runtime.load_module(paths[1]).get_function("main")
     del builder, results
     assert not any(os.path.exists(p) for p in paths)

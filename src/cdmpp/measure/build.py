@@ -179,6 +179,13 @@ def _remove_stale_work_dirs() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def work_dir_prefix() -> str:
+    """The prefix of a new build work directory (for `tempfile`): it names this process, so
+    the next build after this one is killed removes what it left. Removes such leftovers."""
+    _remove_stale_work_dirs()
+    return f"{_WORK_PREFIX}{os.getpid()}-"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -193,8 +200,7 @@ def build_many(mods: Sequence, target, timeout_s: float) -> list[BuildResult]:
     """`build_guarded` of each module, in order: a child compiles them one after the other
     while the parent loads those it has finished."""
     results: list[BuildResult] = []
-    _remove_stale_work_dirs()
-    with tempfile.TemporaryDirectory(prefix=f"{_WORK_PREFIX}{os.getpid()}-") as work:
+    with tempfile.TemporaryDirectory(prefix=work_dir_prefix()) as work:
         paths = [os.path.join(work, f"{i}.ll") for i in range(len(mods))]
         for i, report in compile_reports(mods, target, timeout_s, paths):
             compiled = BuildResult("error" not in report, report["secs"], report.get("error"))

@@ -13,6 +13,7 @@ handed to the runner as LLVM IR (`.ll`), which TVM's LocalRunner loads as it loa
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import weakref
@@ -51,43 +52,42 @@ def build_batch(mods, targets, timeout_s: float, work_dir: Path) -> list[tuple[s
     return out
 
 
+@functools.cache
 def _builder_class():
     """The PyBuilder subclass, made on first use: `import cdmpp.tune` imports no TVM."""
-    global _CLASS
-    if _CLASS is None:
-        from cdmpp.tvm_env import import_tvm
+    from cdmpp.tvm_env import import_tvm
 
-        import_tvm()
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    import_tvm()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
-        @derived_object
-        class ForkBuilder(PyBuilder):
-            """meta_schedule builds in forked children (`cdmpp.tune.builder`)."""
+    from cdmpp.measure.build import work_dir_prefix
 
-            def __init__(self, timeout_s: float):
-                super().__init__()
-                self.timeout_s = timeout_s
-                self._root = Path(tempfile.mkdtemp(prefix="cdmpp-tune-build-"))
-                weakref.finalize(self, shutil.rmtree, self._root, True)
-                self._batches = 0
+    @derived_object
+    class ForkBuilder(PyBuilder):
+        """meta_schedule builds in forked children (`cdmpp.tune.builder`)."""
 
-            def build(self, build_inputs):
-                self._batches += 1
-                work = self._root / str(self._batches)
-                work.mkdir()
-                built = build_batch([b.mod for b in build_inputs],
-                                    [b.target for b in build_inputs], self.timeout_s, work)
-                # TVM's RemoveBuildArtifact callback deletes each built program's directory
-                # once it has run (not before: the runner may still be loading it while the
-                # next batch is built); a failed build's is empty, and goes now
-                for i, (path, _) in enumerate(built):
-                    if path is None:
-                        shutil.rmtree(work / str(i), ignore_errors=True)
-                return [BuilderResult(path, error) for path, error in built]
+        def __init__(self, timeout_s: float):
+            super().__init__()
+            self.timeout_s = timeout_s
+            # named as the collector's build directories: removed by a later build when
+            # this process was killed
+            self._root = Path(tempfile.mkdtemp(prefix=work_dir_prefix()))
+            weakref.finalize(self, shutil.rmtree, self._root, True)
+            self._batches = 0
 
-        _CLASS = ForkBuilder
-    return _CLASS
+        def build(self, build_inputs):
+            self._batches += 1
+            work = self._root / str(self._batches)
+            work.mkdir()
+            built = build_batch([b.mod for b in build_inputs],
+                                [b.target for b in build_inputs], self.timeout_s, work)
+            # TVM's RemoveBuildArtifact callback deletes each built program's directory
+            # once it has run (not before: the runner may still be loading it while the
+            # next batch is built); a failed build's is empty, and goes now
+            for i, (path, _) in enumerate(built):
+                if path is None:
+                    shutil.rmtree(work / str(i), ignore_errors=True)
+            return [BuilderResult(path, error) for path, error in built]
 
-
-_CLASS = None
+    return ForkBuilder

@@ -6,7 +6,7 @@
     database = ms.tune_tir(func, target, "work_dir", max_trials_global=64,
                            cost_model=cdmpp.tune.cost_model())   # shipped model, this machine
     database = ms.tune_tir(func, target, "work_dir", max_trials_global=64,
-                           cost_model=cdmpp.tune.cost_model("xgb"))   # the shipped XGBoost baseline
+                           cost_model=cdmpp.tune.cost_model("xgb"))  # shipped XGBoost baseline
 
 Every candidate is featurized with `cdmpp.features.extract` on its schedule (the post-processed
 program the runner would time, as the collector's records are) and predicted by the estimator.
@@ -22,6 +22,7 @@ been timed. On by default because it found the better program in 5 of 6 runs of
 
 from __future__ import annotations
 
+import functools
 import io
 import warnings
 from collections import OrderedDict
@@ -164,43 +165,38 @@ def cost_model(model=None, *, online: bool = True, min_online_samples: int = 32,
     return _cost_model_class()(scorer)
 
 
+@functools.cache
 def _cost_model_class():
     """The PyCostModel subclass, made on first use: `import cdmpp.tune` imports no TVM."""
-    global _CLASS
-    if _CLASS is None:
-        from cdmpp.tvm_env import import_tvm
+    from cdmpp.tvm_env import import_tvm
 
-        import_tvm()
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+    import_tvm()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-        @derived_object
-        class CdmppCostModel(PyCostModel):
-            """cdmpp's estimator as meta_schedule's cost model (`cdmpp.tune.cost_model`)."""
+    @derived_object
+    class CdmppCostModel(PyCostModel):
+        """cdmpp's estimator as meta_schedule's cost model (`cdmpp.tune.cost_model`)."""
 
-            def __init__(self, scorer: CandidateScorer):
-                super().__init__()
-                self.scorer = scorer
+        def __init__(self, scorer: CandidateScorer):
+            super().__init__()
+            self.scorer = scorer
 
-            def predict(self, context, candidates):
-                return self.scorer.scores([c.sch for c in candidates], context.target)
+        def predict(self, context, candidates):
+            return self.scorer.scores([c.sch for c in candidates], context.target)
 
-            def update(self, context, candidates, results):
-                run_secs = [None if r.error_msg else [float(s) for s in r.run_secs or []]
-                            for r in results]
-                self.scorer.observe([c.sch for c in candidates], run_secs, context.target)
+        def update(self, context, candidates, results):
+            run_secs = [None if r.error_msg else [float(s) for s in r.run_secs or []]
+                        for r in results]
+            self.scorer.observe([c.sch for c in candidates], run_secs, context.target)
 
-            def save(self, path):
-                buf = io.BytesIO()
-                np.savez(buf, **self.scorer.state())
-                write_bytes_atomic(path, buf.getvalue())
+        def save(self, path):
+            buf = io.BytesIO()
+            np.savez(buf, **self.scorer.state())
+            write_bytes_atomic(path, buf.getvalue())
 
-            def load(self, path):
-                with np.load(path) as state:
-                    self.scorer.set_state(state)
+        def load(self, path):
+            with np.load(path) as state:
+                self.scorer.set_state(state)
 
-        _CLASS = CdmppCostModel
-    return _CLASS
-
-
-_CLASS = None
+    return CdmppCostModel

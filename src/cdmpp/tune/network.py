@@ -100,9 +100,10 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
             from cdmpp.model.registry import for_device
 
             model = for_device(device.device_id)
-        scorer = cdmpp_cost_model(model, online=online, seed=seed)  # a bad model fails first
+        # a bad model fails here, before anything is written
+        search_model = cdmpp_cost_model(model, online=online, seed=seed)
     else:
-        scorer = cost_model
+        search_model = cost_model  # TVM's own, by name
     ms = meta_schedule()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -117,6 +118,6 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
     ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=str(out),
                   max_trials_global=trials, num_trials_per_iter=trials_per_round,
                   builder=builder(build_timeout_s), runner="local", database="json",
-                  cost_model=scorer)
+                  cost_model=search_model)
     return TuneSummary(str(out), tuple(c.task_name for c in contexts), tuple(skipped), before,
                        _count_records(out))
