@@ -4,10 +4,11 @@
                               [--json OUT]
 
 Each task is tuned by `ms.tune_tir` (evolutionary search, cdmpp's forked builder, TVM's
-LocalRunner, the same seed) once per cost model, with the same number of trials. The best program each
-run found is then timed again, all of them interleaved in the same passes (the minimum over
-passes), so a slow host moment cannot favour one run. The tasks are operator shapes that
-are in no training data of the shipped models (checked against the catalog).
+LocalRunner with the device's threads, the same seed) once per cost model, with the same number
+of trials. The best program each run found is then timed again with the same threads, all of
+them interleaved in the same passes (the minimum over passes), so a slow host moment cannot
+favour one run. The tasks are operator shapes that are in no training data of the shipped
+models (checked against the catalog).
 Prints, per task and cost model: the best latency found as the tuner timed it, after the first
 round, and re-timed; the tuning time and how much of it was the cost model's.
 """
@@ -49,7 +50,8 @@ def read_latencies(work_dir: str) -> list[float | None]:
     return out
 
 
-def tune_once(func, target, cost_model_name: str, trials: int, seed: int, build_timeout_s: float):
+def tune_once(func, target, cost_model_name: str, trials: int, seed: int, build_timeout_s: float,
+              threads: int):
     import cdmpp.tune
     from cdmpp.tvm_env import import_tvm, meta_schedule
 
@@ -75,7 +77,8 @@ def tune_once(func, target, cost_model_name: str, trials: int, seed: int, build_
         start = time.perf_counter()
         database = ms.tune_tir(mod, tvm.target.Target(target), work_dir, max_trials_global=trials,
                                num_trials_per_iter=32, cost_model=model, seed=seed,
-                               builder=cdmpp.tune.builder(build_timeout_s))
+                               builder=cdmpp.tune.builder(build_timeout_s),
+                               runner=cdmpp.tune.runner(threads))
         tune_s = time.perf_counter() - start
         latencies = read_latencies(work_dir)
         best = database.query_schedule(mod, tvm.target.Target(target), workload_name="main")
@@ -83,8 +86,15 @@ def tune_once(func, target, cost_model_name: str, trials: int, seed: int, build_
             "latencies": latencies, "best_mod": None if best is None else best.mod}
 
 
-def retime(mods: dict, target, passes: int = 5) -> dict:
+def retime(mods: dict, target, threads: int, passes: int = 5) -> dict:
     """name -> the minimum over `passes` interleaved passes of each module's time."""
+    from cdmpp.measure.collect import threads_for
+
+    with threads_for(threads):
+        return _retime(mods, target, passes)
+
+
+def _retime(mods: dict, target, passes: int) -> dict:
     from cdmpp.measure.build import compile_module
     from cdmpp.measure.timing import random_args
     from cdmpp.tvm_env import import_tvm
@@ -128,7 +138,9 @@ def main(argv=None) -> int:
     from cdmpp.device import local_device
     from cdmpp.programs.catalog import _BUILDERS
 
-    target = local_device().target
+    device = local_device()
+    target = device.target
+    print(f"device {device.device_id}: {device.threads} threads", flush=True)
     tasks = TASKS if args.tasks == "all" else [TASKS[int(i)] for i in args.tasks.split(",")]
     models = args.models.split(",")
     rows = []
@@ -139,9 +151,9 @@ def main(argv=None) -> int:
         for name in models:
             print(f"[{time.strftime('%H:%M:%S')}] tuning {label} with {name}", flush=True)
             runs[name] = tune_once(_BUILDERS[op](**params), target, name, args.trials,
-                                   args.seed, args.build_timeout)
+                                   args.seed, args.build_timeout, device.threads)
         retimed = retime({n: r["best_mod"] for n, r in runs.items() if r["best_mod"] is not None},
-                         target)
+                         target, device.threads)
         for name, r in runs.items():
             found = [v for v in r["latencies"] if v is not None]
             first = [v for v in r["latencies"][:32] if v is not None]
@@ -152,7 +164,7 @@ def main(argv=None) -> int:
                          "retimed_s": retimed.get(name), "tune_s": r["tune_s"],
                          "cost_model_s": r["cost_model_s"]})
         if args.json:  # after every task: a crash later keeps what was measured
-            Path(args.json).write_text(json.dumps({"device_id": local_device().device_id,
+            Path(args.json).write_text(json.dumps({"device_id": device.device_id,
                                                    "trials": args.trials, "seed": args.seed,
                                                    "rows": rows}, indent=1))
     print(f"\n{'task':<34} {'cost model':<13} {'trials':>6} {'failed':>6} "

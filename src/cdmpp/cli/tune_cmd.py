@@ -15,8 +15,8 @@ def add_parser(subparsers) -> None:
         "tune", help="tune a network's kernels with meta_schedule, cdmpp scoring candidates",
         description="Tune every kernel TVM runs for a network (the kernels `cdmpp e2e` "
                     "predicts) with meta_schedule's evolutionary search on this machine, "
-                    "the cdmpp model as its cost model and a forked builder with a time "
-                    "limit. Writes TVM's JSON database (and device.json) to --out, which "
+                    "the cdmpp model as its cost model, a forked builder with a time "
+                    "limit, and programs timed with the device's threads. Writes TVM's JSON database (and device.json) to --out, which "
                     "`cdmpp e2e --tuning-db OUT` applies. A rerun into the same directory "
                     "adds trials.")
     add_network_arguments(p)

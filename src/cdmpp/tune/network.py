@@ -88,6 +88,7 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
     from cdmpp.e2e.kernels import lower_network
     from cdmpp.tune.builder import builder
     from cdmpp.tune.cost_model import cost_model as cdmpp_cost_model
+    from cdmpp.tune.runner import runner
     from cdmpp.tvm_env import meta_schedule
 
     log = log or (lambda _message: None)
@@ -117,7 +118,7 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
     log(f"tuning {len(contexts)} kernels with {trials} trials ({cost_model} cost model)")
     ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=str(out),
                   max_trials_global=trials, num_trials_per_iter=trials_per_round,
-                  builder=builder(build_timeout_s), runner="local", database="json",
-                  cost_model=search_model)
+                  builder=builder(build_timeout_s), runner=runner(device.threads),
+                  database="json", cost_model=search_model)
     return TuneSummary(str(out), tuple(c.task_name for c in contexts), tuple(skipped), before,
                        _count_records(out))
