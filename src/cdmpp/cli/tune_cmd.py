@@ -16,9 +16,10 @@ def add_parser(subparsers) -> None:
         description="Tune every kernel TVM runs for a network (the kernels `cdmpp e2e` "
                     "predicts) with meta_schedule's evolutionary search on this machine, "
                     "the cdmpp model as its cost model, a forked builder with a time "
-                    "limit, and programs timed with the device's threads. Writes TVM's JSON database (and device.json) to --out, which "
-                    "`cdmpp e2e --tuning-db OUT` applies. A rerun into the same directory "
-                    "adds trials.")
+                    "limit, and programs timed with the device's threads. Writes TVM's "
+                    "JSON database (and device.json) to --out, which `cdmpp e2e "
+                    "--tuning-db OUT` applies. A rerun into the same directory adds "
+                    "trials.")
     add_network_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="the tuning database directory")
     p.add_argument("--trials", type=positive_int, required=True,
