@@ -16,8 +16,10 @@ call, because the evolutionary search keeps its best candidates across generatio
 With `online` (the default) it also learns from the tuner's own measurements: an XGBoost
 fitted on the log of measured over predicted latency (per-store features summed per program,
 as the baselines see them) corrects the estimator once `min_online_samples` programs have
-been timed. On by default because it found the better program in 5 of 6 runs of
-`benchmarks/tune.py` (docs/tune.md); `online=False` scores with the estimator alone.
+been timed. `online=False` scores with the estimator alone. In `benchmarks/tune.py` with the
+device's threads the two were level within the re-timing's noise (best found 1.026x and
+1.021x the best of four cost models, geometric mean of six runs; docs/tune.md); the 5-of-6
+lead that made `online` the default was measured with one thread in TVM's runner.
 """
 
 from __future__ import annotations
