@@ -90,6 +90,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", action="append", required=True)
     parser.add_argument("--store", default=None)
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="write the models to DIR/{default,xgb,ensemble} and the sample data "
+                        "to DIR/sample_data instead of shipping them (an experiment: "
+                        "docs/model.md)")
     parser.add_argument("--sample-tasks", type=int, default=8)
     parser.add_argument("--sample-per-task", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=None)
@@ -126,7 +130,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = resolve_data(args.data, Path(tmp))
         own = [p for p in data if (p / "device.json").exists()]  # cdmpp-collected databases
-        sample_dir = ASSETS / "sample_data"
+        out = Path(args.out) if args.out else ASSETS / "models"
+        sample_dir = Path(args.out) / "sample_data" if args.out else ASSETS / "sample_data"
         taken = cut_sample(find_databases(own[-1])[0], sample_dir, args.sample_tasks,
                            args.sample_per_task, args.seed) if own else set()
         store = open_store(data, args.store)
@@ -161,7 +166,7 @@ def main() -> int:
                 seeds[-1].device_vector_ = vector
         model = seeds[0]
         default = model if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
-        save_estimator(default, ASSETS / "models" / "default",
+        save_estimator(default, out / "default",
                        trained_on=dict(info, seeds=list(range(args.seed, args.seed + args.seeds))))
         if joint:  # the baselines have no device input: the fitted device's records only
             devices = np.array(samples.column("device_id").to_pylist())
@@ -172,13 +177,13 @@ def main() -> int:
                 str(spec) for spec, root in zip(args.data, data)
                 if any(db.is_relative_to(Path(root).resolve()) for db in mine_dbs)])
         xgb = make_baseline("xgb", seed=args.seed).fit(train.programs, train.latency_s)
-        save_estimator(xgb, ASSETS / "models" / "xgb", trained_on=info)
+        save_estimator(xgb, out / "xgb", trained_on=info)
         xgb_work = make_baseline("xgb", seed=args.seed, per_work=True).fit(train.programs,
                                                                           train.latency_s)
         save_estimator(EnsembleRegressor.from_fitted([model, xgb_work]),
-                       ASSETS / "models" / "ensemble", trained_on=info)
-    size = sum(f.stat().st_size for f in (ASSETS / "models").rglob("*") if f.is_file())
-    print(f"shipped models: {size / 2**20:.1f} MiB")
+                       out / "ensemble", trained_on=info)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"models in {out}: {size / 2**20:.1f} MiB")
     return 0
 
 

@@ -31,7 +31,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batches", type=csv_list, default=None, metavar="B,...",
                    help="batch sizes of --kernels-of (default: 1; an ONNX file: its own, open "
                         "batch dimensions bound to 1)")
-    p.add_argument("--programs-per-task", type=positive_int, default=32, metavar="N")
+    p.add_argument("--programs-per-task", type=non_negative_int, default=None, metavar="N",
+                   help="random schedules sampled per task, besides its default program "
+                        "(default 32; 0 with --records-from)")
     p.add_argument("--passes", type=positive_int, default=None, metavar="P",
                    help="timing passes per program (default 3); up to 2 more when the two "
                         "best disagree or fewer than two ran on an undisturbed machine")
@@ -46,6 +48,13 @@ def add_parser(subparsers) -> None:
                         "none yet, so this device times exactly the same sampled programs: "
                         "cross-device comparisons are then fair (same programs, only the "
                         "device differs). Missing ones are still sampled here")
+    p.add_argument("--records-from", action="append", default=None, metavar="DB",
+                   help="also time the programs of this TVM JSON database (repeatable), e.g. "
+                        "one written by `cdmpp tune` or TVM's tuner: a search's programs, "
+                        "where a model trained on random samples errs most. Its workloads are "
+                        "matched to the tasks (--kernels-of NETWORK for a network's tuning "
+                        "database); only matched tasks are collected, each with its default "
+                        "program")
     p.add_argument("--remeasure-disturbed", action="store_true",
                    help="sample nothing new: time again the records of --out whose every pass "
                         "ran while the reference kernel said the machine was disturbed (their "
@@ -136,13 +145,20 @@ def run(args) -> int:
     from cdmpp.measure.timing import Protocol
 
     protocol = Protocol() if args.passes is None else replace(Protocol(), passes=args.passes)
-    config = CollectConfig(out=args.out, programs_per_task=args.programs_per_task,
+    per_task = args.programs_per_task
+    if per_task is None:
+        per_task = 0 if args.records_from else 32
+    config = CollectConfig(out=args.out, programs_per_task=per_task,
                            threads=args.threads, time_budget_min=args.time_budget,
                            build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol,
-                           mcpu=args.mcpu, programs_from=args.programs_from)
+                           mcpu=args.mcpu, programs_from=args.programs_from,
+                           records_from=tuple(args.records_from or ()))
     command = shlex.join(["cdmpp"] + sys.argv[1:])
     if args.remeasure_disturbed and args.retest is not None:
         raise ValueError("--remeasure-disturbed and --retest are two different runs: give one")
+    if args.records_from and (args.remeasure_disturbed or args.retest is not None):
+        raise ValueError("--records-from adds programs: it does not combine with "
+                         "--remeasure-disturbed or --retest (which time records again)")
     cores = len(os.sched_getaffinity(0))
     if args.threads is not None and args.threads > cores:
         raise ValueError(f"--threads {args.threads} is more than the {cores} cores this process "

@@ -38,6 +38,8 @@ from cdmpp.measure.noise import NoiseFloor, noise_floor
 from cdmpp.measure.store import RecordStore
 from cdmpp.measure.timing import Protocol, Timer, random_args
 from cdmpp.programs.catalog import CATALOG_VERSION, Task
+from cdmpp.programs.from_database import (ImportReport, import_programs, imported_path,
+                                          task_candidates)
 from cdmpp.programs.sampling import Candidate, load_candidates, load_or_sample
 from cdmpp.tvm_env import import_tvm
 
@@ -59,6 +61,9 @@ class CollectConfig:
     # Another output directory whose candidates/<task>.json are copied before sampling, so
     # several devices time exactly the same programs (fair cross-device comparisons).
     programs_from: str | None = None
+    # TVM JSON databases (e.g. a tuner's) whose programs are timed too, as the tasks' programs
+    # they were tuned for (programs.from_database)
+    records_from: tuple[str, ...] = ()
 
 
 @dataclass
@@ -76,13 +81,15 @@ class CollectSummary:
     # included), writing records
     stage_secs: dict = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     measurements: list = field(default_factory=list, repr=False)
+    imported: ImportReport | None = None  # what --records-from took from its databases
 
     @property
     def programs_per_hour(self) -> float:
         return 3600.0 * (self.ok + self.failed) / self.seconds if self.seconds else 0.0
 
     def __str__(self) -> str:
-        lines = [f"measured {self.ok} programs, {self.failed} failed, {self.already_done} "
+        lines = [] if self.imported is None else [str(self.imported)]
+        lines += [f"measured {self.ok} programs, {self.failed} failed, {self.already_done} "
                  f"already done; {self.seconds:.0f} s, {self.programs_per_hour:.0f} programs/hour"]
         if self.stopped_by_budget:
             lines.append("stopped at the time budget: run the same command again to resume")
@@ -182,7 +189,8 @@ class _Run:
             self._workload_index[task.name] = self.store.workload_index(encoded, info)
         return self._workload_index[task.name]
 
-    def candidates(self, task: Task) -> list[Candidate]:
+    def sampled(self, task: Task) -> list[Candidate]:
+        """The task's default program and `programs_per_task` sampled ones."""
         if task.name not in self._candidates:
             path = self.out / "candidates" / f"{task.name}.json"
             source = self.programs_from and self.programs_from / "candidates" / path.name
@@ -192,6 +200,22 @@ class _Run:
                 path, self.workload(task), self.target, self.config.programs_per_task,
                 task=task.name, seed=self.config.seed)
         return self._candidates[task.name]
+
+    def imported(self, task: Task) -> list[Candidate]:
+        """The task's programs taken from databases (--records-from, this run or before)."""
+        path = imported_path(self.out, task.name)
+        return load_candidates(path) if path.exists() else []
+
+    def candidates(self, task: Task) -> list[Candidate]:
+        return self.sampled(task) + self.imported(task)
+
+    def import_records(self) -> None:
+        """Take the programs of --records-from's databases into the tasks' candidates."""
+        with self.stage("sample"):
+            self.summary.imported = import_programs(
+                self.config.records_from, self.tasks, self.workload, self.out,
+                lambda task: {c.mod_shash for c in self.candidates(task)},
+                log=lambda m: print(m, file=sys.stderr, flush=True))
 
     def record_line(self, task: Task, cand: Candidate, run_secs) -> str:
         return self._line(self.workload_index(task), cand, run_secs)
@@ -206,10 +230,7 @@ class _Run:
         what is on disk (its task need not be among this run's tasks)."""
         name = task_of_key(entry["key"])
         index = store.workload_index_of_task(name)
-        path = self.out / "candidates" / f"{name}.json"
-        cand = None
-        if path.exists():
-            cand = next((c for c in load_candidates(path) if c.key == entry["key"]), None)
+        cand = next((c for c in task_candidates(self.out, name) if c.key == entry["key"]), None)
         if index is None or cand is None:
             raise RuntimeError(f"{self.out}: record {entry.get('record_index')} ({entry['key']}) "
                                f"is in {SIDECAR_FILE} but not in {RECORD_FILE}, and its "
@@ -305,6 +326,8 @@ class _Run:
                  "ref_ratios": [p.ref_ratio for p in m.passes], "mod_shash": cand.mod_shash,
                  "replay_ok": cand.replay_ok, "measured_module": module_file,
                  "build_secs": round(build_secs, 3)}
+        if cand.source is not None:
+            entry["source"] = cand.source
         self.store.append(self.record_line(task, cand, m.run_secs), entry)
         self.summary.ok += 1
         self.summary.disturbed += m.clean_passes(self.config.protocol.ref_slow_rel) == 0
@@ -319,6 +342,10 @@ class _Run:
         from tqdm import tqdm
 
         start = self.start = time.monotonic()
+        if self.config.records_from:
+            self.import_records()
+            # only the tasks the databases were tuned for (this run's import or an earlier one)
+            self.tasks = [t for t in self.tasks if imported_path(self.out, t.name).exists()]
         done = self.store.done_keys - self.retried_timeouts()
         done_per_task = Counter(task_of_key(k) for k in done)
         self.summary.already_done = sum(done_per_task[t.name] for t in self.tasks)

@@ -40,7 +40,7 @@ from cdmpp.measure.collect import CollectConfig, _Run, append_manifest_run, task
 from cdmpp.measure.database import _measurement
 from cdmpp.measure.noise import retest_noise
 from cdmpp.measure.timing import Timer, random_args
-from cdmpp.programs.sampling import load_candidates
+from cdmpp.programs.from_database import task_candidates
 from cdmpp.types import Measurement
 
 
@@ -193,9 +193,7 @@ def _remeasure(run: _Run, config: CollectConfig, tasks, todo: list, summary: Rem
         for entry in todo[i:i + config.batch_size]:
             task = by_name[task_of_key(entry["key"])]
             if task.name not in programs:
-                path = run.out / "candidates" / f"{task.name}.json"
-                programs[task.name] = ({c.key: c for c in load_candidates(path)}
-                                       if path.exists() else {})
+                programs[task.name] = {c.key: c for c in task_candidates(run.out, task.name)}
             cand = programs[task.name].get(entry["key"])
             if cand is None or entry.get("repeats_per_pass") != protocol.repeat:
                 summary.missing += 1

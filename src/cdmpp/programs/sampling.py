@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.measure import tvm_codec
@@ -25,22 +25,27 @@ EMPTY_TRACE: list = [[], []]  # the default program: the workload as TVM builds 
 @dataclass(frozen=True)
 class Candidate:
     key: str  # "<task>/<i>": unique in an output directory
-    kind: str  # "sampled" | "default"
+    kind: str  # "sampled" | "default" | "imported" (from a database: programs.from_database)
     trace_json: list
     args_info_json: list
     mod_shash: str  # structural hash of the module to be measured
     replay_ok: bool  # replaying trace_json on the workload gives exactly that module
     measured_module: str | None = None  # the module's JSON, kept only when replay_ok is False
+    # an imported program's origin: {"db", "record_index", "run_secs" (the tuner's timing)}
+    source: dict | None = field(default=None, compare=False)
 
     def to_json(self) -> dict:
-        return {"key": self.key, "kind": self.kind, "trace": self.trace_json,
-                "args_info": self.args_info_json, "mod_shash": self.mod_shash,
-                "replay_ok": self.replay_ok, "measured_module": self.measured_module}
+        d = {"key": self.key, "kind": self.kind, "trace": self.trace_json,
+             "args_info": self.args_info_json, "mod_shash": self.mod_shash,
+             "replay_ok": self.replay_ok, "measured_module": self.measured_module}
+        if self.source is not None:
+            d["source"] = self.source
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Candidate":
         return cls(d["key"], d["kind"], d["trace"], d["args_info"], d["mod_shash"],
-                   d["replay_ok"], d.get("measured_module"))
+                   d["replay_ok"], d.get("measured_module"), d.get("source"))
 
     def module(self, workload_mod):
         """The IRModule that is built and timed for this candidate."""
