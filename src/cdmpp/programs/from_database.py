@@ -49,13 +49,14 @@ class ImportReport:
         lines = [f"from {len(self.databases)} database(s): {self.records} records, {self.new} "
                  f"programs new, {self.duplicates} already there"]
         if self.unmatched:
-            lines.append(f"{self.unmatched} records of {self.unmatched_workloads} workloads that "
-                         "match none of the tasks (name the tasks they belong to: "
-                         "--kernels-of NETWORK, --ops ...)")
+            lines.append(f"{_records(self.unmatched)} of {self.unmatched_workloads} "
+                         "workload(s) that match none of the tasks (name the tasks they belong "
+                         "to: --kernels-of NETWORK, --ops ...)")
         if self.unusable:
             reasons = Counter(u.split(": ", 2)[1].split(":")[0] for u in self.unusable)
-            lines.append(f"{len(self.unusable)} records not usable: " + ", ".join(
-                f"{n} x {why}" for why, n in reasons.most_common()) + f" (first: {self.unusable[0]})")
+            lines.append(f"{_records(len(self.unusable))} not usable: " + ", ".join(
+                f"{n} x {why}" for why, n in reasons.most_common())
+                + f" (first: {self.unusable[0]})")
         if self.not_replayed:
             lines.append(f"{len(self.not_replayed)} traces do not replay on the task's workload "
                          f"(first: {self.not_replayed[0]})")
@@ -63,6 +64,10 @@ class ImportReport:
             lines.append(f"{self.args_changed} replays have other arguments than their record "
                          "says: the replayed program is what is timed and featurized")
         return "\n".join(lines)
+
+
+def _records(n: int) -> str:
+    return f"{n} record" + ("" if n == 1 else "s")
 
 
 def imported_path(out: Path, task: str) -> Path:
