@@ -92,8 +92,8 @@ def main() -> int:
     parser.add_argument("--store", default=None)
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="write the models to DIR/{default,xgb,ensemble} and the sample data "
-                        "to DIR/sample_data instead of shipping them (an experiment: "
-                        "docs/model.md)")
+                        "to DIR/sample_data instead of shipping them (an experiment, as in "
+                        "docs/tune.md, \"Training on searched programs\")")
     parser.add_argument("--sample-tasks", type=int, default=8)
     parser.add_argument("--sample-per-task", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=None)

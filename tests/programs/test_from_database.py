@@ -10,7 +10,7 @@ import pytest
 from cdmpp.features.programs import measured_program
 from cdmpp.measure import tvm_codec
 from cdmpp.measure.collect import CollectConfig, collect
-from cdmpp.measure.database import RECORD_FILE, load_database
+from cdmpp.measure.database import RECORD_FILE, WORKLOAD_FILE, load_database
 from cdmpp.measure.timing import Protocol
 from conftest import MATMUL_64, SOFTMAX_SMALL, strip_capture_handlers_from_meta_schedule_logger
 
@@ -106,11 +106,16 @@ def test_failed_and_broken_records_are_reported_and_the_rest_imported(tuned_db, 
     failed = json.loads(lines[0])
     failed[1][1] = [1e10]  # TVM's marker of a program that failed to build or run
     (db_dir / RECORD_FILE).write_text("\n".join(lines + [json.dumps(failed), "[0, [tor"]) + "\n")
+    with open(db_dir / WORKLOAD_FILE, "a") as f:  # a workload line TVM cannot decode
+        f.write(json.dumps(["123", "bm90IGEgbW9kdWxl"]) + "\n")
+    with open(db_dir / RECORD_FILE, "a") as f:  # and a record of it
+        f.write(json.dumps([1, json.loads(lines[0])[1]]) + "\n")
     summary = collect(_config(tmp_path / "out", db_dir), [MATMUL_64], progress=False)
     report = summary.imported
-    assert report.records == len(lines) + 2 and len(report.unusable) == 2
+    assert report.records == len(lines) + 3 and len(report.unusable) == 3
+    assert report.unmatched == 1 and "undecodable" in report.unusable[-1]
     assert report.new + report.duplicates == len(lines)
-    assert "2 records not usable" in str(report)
+    assert "3 database line(s) not usable" in str(report)
     assert f"{RECORD_FILE}:{len(lines) + 1}" in str(report)  # the failed record's line
 
 

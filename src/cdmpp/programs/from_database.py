@@ -41,7 +41,8 @@ class ImportReport:
     duplicates: int = 0  # programs a task already had (sampled, or from a database)
     unmatched: int = 0  # records whose workload is none of the tasks'
     unmatched_workloads: int = 0
-    unusable: list = field(default_factory=list)  # "db:line: why" (failed in TVM, unreadable)
+    # "db:line: why": records TVM marked failed, unreadable record or workload lines
+    unusable: list = field(default_factory=list)
     not_replayed: list = field(default_factory=list)  # "db record i: why"
     args_changed: int = 0  # replays whose arguments differ from the record's args_info
 
@@ -53,8 +54,9 @@ class ImportReport:
                          "workload(s) that match none of the tasks (name the tasks they belong "
                          "to: --kernels-of NETWORK, --ops ...)")
         if self.unusable:
-            reasons = Counter(u.split(": ", 2)[1].split(":")[0] for u in self.unusable)
-            lines.append(f"{_records(len(self.unusable))} not usable: " + ", ".join(
+            reasons = Counter(u.split(": ", 2)[1].split(":")[0] for u in self.unusable
+                              if ": " in u)
+            lines.append(f"{len(self.unusable)} database line(s) not usable: " + ", ".join(
                 f"{n} x {why}" for why, n in reasons.most_common())
                 + f" (first: {self.unusable[0]})")
         if self.not_replayed:
@@ -113,7 +115,12 @@ def import_programs(databases, tasks, workload_of, out: Path, known_shashes,
         report.unusable += [str(s) for s in db.skipped]
         task_of_workload: dict[str, object] = {}
         for w in db.workloads:
-            task_of_workload[w.shash] = by_shash.get(tvm_codec.structural_hash(w.mod()))
+            try:
+                task_of_workload[w.shash] = by_shash.get(tvm_codec.structural_hash(w.mod()))
+            except Exception as e:  # noqa: BLE001 - a workload TVM cannot decode matches nothing
+                task_of_workload[w.shash] = None
+                report.unusable.append(f"{db_dir} workload {w.shash}: undecodable: "
+                                       f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
         unmatched = {r.workload.shash for r in db.records
                      if task_of_workload[r.workload.shash] is None}
         report.unmatched_workloads += len(unmatched)
