@@ -100,6 +100,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, default=SEEDS, help="the default model is the "
                         "geometric mean of cdmpp trained with seeds SEED .. SEED+SEEDS-1")
+    parser.add_argument("--rank-weight", type=float, default=None, metavar="R",
+                        help="TrainConfig.rank_weight (default: its default, 0; docs/model.md, "
+                        "\"Ranking term\")")
     parser.add_argument("--default-weight", type=float, default=DEFAULT_WEIGHT,
                         help="loss weight of each task's default (untuned) program")
     parser.add_argument("--stride-alignment", action=argparse.BooleanOptionalAction,
@@ -150,7 +153,9 @@ def main() -> int:
             info["devices"] = {d: c["records"] for d, c in counts.items()}
             vector = device_vector_of(store, samples, device_id)
         config = replace(TrainConfig(), seed=args.seed,
-                         **({"epochs": args.epochs} if args.epochs else {}))
+                         **({"epochs": args.epochs} if args.epochs else {}),
+                         **({"rank_weight": args.rank_weight}
+                            if args.rank_weight is not None else {}))
         print(f"training on {len(rows)} records ({len(taken)} held out as sample data)")
         options = {"stride_alignment": args.stride_alignment, "readout": args.readout,
                    "relative_positions": args.relative_positions}
