@@ -36,11 +36,14 @@ KINDS = {
     "ensemble": ("cdmpp.model.ensemble", "EnsembleRegressor"),
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
-SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "zen5"}
+SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "zen5",
+           "emeraldrapids": "emeraldrapids"}
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
-# (trained on the Zen 4 VM's data) and "zen5" (trained on that data and 3,438 programs timed
+# (trained on the Zen 4 VM's data), "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
-DEVICE_MODELS = ("default", "zen5")
+# and "emeraldrapids" (zen5 calibrated on an Intel Xeon Emerald Rapids VM with 724 programs
+# timed there: `cdmpp calibrate --model zen5`)
+DEVICE_MODELS = ("default", "zen5", "emeraldrapids")
 
 
 def estimator_class(kind: str):
@@ -185,7 +188,8 @@ def read_meta(spec: str | Path) -> dict:
 def load_estimator(spec: str | Path, *, check_features: bool = True):
     """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
     XGBoost baseline), "ensemble" (the shipped geometric mean of cdmpp and XGBoost on latency
-    per work), "zen5" (fitted for the Zen 5 VM) or a directory written by
+    per work), "zen5" (fitted for the Zen 5 VM), "emeraldrapids" (fitted for the Intel Xeon
+    Emerald Rapids VM) or a directory written by
     `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
 
     With `check_features`, a model trained on another feature-extractor version is refused:
@@ -231,8 +235,9 @@ def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> 
 
 
 def for_device(device_id: str) -> str:
-    """The name of the shipped cdmpp model fitted for `device_id` ("zen5" on the Zen 5 VM),
-    else "default": what `predict` and `e2e` use when no --model is given."""
+    """The name of the shipped cdmpp model fitted for `device_id` ("zen5" on the Zen 5 VM,
+    "emeraldrapids" on the Intel one), else "default": what `predict` and `e2e` use when no
+    --model is given."""
     for name in DEVICE_MODELS:
         try:
             if fitted_device_id(name) == device_id:
