@@ -51,7 +51,10 @@ def test_predict_programs_gives_what_predict_gives_for_the_same_records(sample_p
     by_index = {p.record_index: p.predicted_latency_s
                 for p in predict_databases(load_estimator("default"), [root]).predictions}
     assert got.dtype == np.float64 and got.shape == (4,)
-    np.testing.assert_array_equal(got, [by_index[r.record_index] for r in records])
+    # the database path predicts the 28 sample records together, this one 4: on some CPUs
+    # (seen on an Intel Xeon, AVX-512) float32 kernels round differently for another batch
+    # shape, by ~2e-7 relative; anything beyond float32 rounding is a real difference
+    np.testing.assert_allclose(got, [by_index[r.record_index] for r in records], rtol=1e-6)
 
 
 def test_one_program_a_schedule_and_a_primfunc_are_the_same_program(sample_programs):
