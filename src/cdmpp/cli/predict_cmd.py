@@ -17,8 +17,9 @@ def add_parser(subparsers) -> None:
                     "be extracted, are reported on stderr and skipped.")
     p.add_argument("--model", default=None, metavar="MODEL",
                    help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
-                        "(cdmpp trained on both VMs' data, fitted for the Zen 5 VM), "
-                        "emeraldrapids (zen5 calibrated on an Intel Xeon VM), xgb, "
+                        "(cdmpp trained on the Zen 4 and Zen 5 VMs' data, fitted for Zen 5), "
+                        "emeraldrapids (cdmpp trained on the three CPUs' data, fitted for an Intel "
+                        "Xeon VM), xgb, "
                         "ensemble (geometric mean of cdmpp and XGBoost), or a model directory "
                         "written by cdmpp train or cdmpp calibrate (default: the shipped cdmpp model fitted for "
                         "the databases' one device, else default)")
