@@ -247,3 +247,24 @@ def test_default_weight_reaches_training(tmp_path, fit_calls):
     assert main(common + ["--out", str(tmp_path / "plain")]) == 0
     _, y, weight = fit_calls[-1]
     assert len(y) == 5 and (weight is None or np.all(weight == 1))
+
+
+def test_device_weight_weights_the_for_device_records_only(tmp_path, fit_calls, capsys):
+    import numpy as np
+
+    one, one_id = _copy_as_device(tmp_path, "one", threads=1)
+    two, two_id = _copy_as_device(tmp_path, "two", threads=2)
+    common = ["train", "--data", str(one), "--data", str(two), "--store",
+              str(tmp_path / "store"), "--epochs", "1", "--workers", "1"]
+    assert main(common + ["--out", str(tmp_path / "m"), "--for-device", two_id,
+                          "--device-weight", "3"]) == 0
+    programs, _, weight = fit_calls[-1]
+    threads = programs.device[:, 0]  # the device vector starts with the thread count
+    assert sorted(set(threads.tolist())) == [1.0, 2.0]
+    np.testing.assert_array_equal(weight, np.where(threads == 2.0, 3.0, 1.0))
+    meta = json.loads((tmp_path / "m" / "estimator.json").read_text())
+    assert meta["trained_on"]["device_weight"] == 3.0
+
+    assert main(common + ["--out", str(tmp_path / "bad"), "--device-weight", "3"]) == 2
+    assert "needs --for-device" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -46,6 +46,10 @@ def add_parser(subparsers) -> None:
                         "save a model that predicts for device ID: what it learned on the "
                         "other devices carries to the few programs measured on ID "
                         "(docs/cross_device.md)")
+    t.add_argument("--device-weight", type=float, default=1.0, metavar="W",
+                   help="with --for-device: loss weight of that device's records (times "
+                        "--default-weight for its default programs; others: 1), so its few "
+                        "records are not outweighed by the other devices' many")
     t.add_argument("--seeds", type=positive_int, default=1, metavar="K",
                    help="train K models (seeds S..S+K-1) and save their geometric-mean "
                         "ensemble: K times the training time, lower error on held-out "
@@ -102,6 +106,9 @@ def run_train(args) -> int:
 
     if args.split:
         parse_split_spec(args.split)  # a bad spec fails before any extraction
+    if args.device_weight != 1.0 and (args.for_device is None or not args.device_weight > 0):
+        raise ValueError(f"--device-weight {args.device_weight}: needs --for-device and a "
+                         "weight > 0")
     store = _store(args)
     samples = store.samples(databases=args.data)
     import numpy as np
@@ -120,6 +127,9 @@ def run_train(args) -> int:
     weight = None
     if args.default_weight != 1.0:
         weight = np.where(default_program_mask(samples, train_rows), args.default_weight, 1.0)
+    if args.device_weight != 1.0:
+        on_device = np.asarray(samples.column("device_id").to_pylist())[train_rows] == device_id
+        weight = (1.0 if weight is None else weight) * np.where(on_device, args.device_weight, 1.0)
     config, seeds, members = _train_config(args), range(args.seed, args.seed + args.seeds), []
     # without device vectors, the model predicts for this device
     vector = device_vector_of(store, samples, args.for_device) if with_device else None
@@ -136,7 +146,8 @@ def run_train(args) -> int:
             member.device_vector_ = vector
     model = members[0] if len(members) == 1 else EnsembleRegressor.from_fitted(members)
     trained_on = {"data": args.data, "records": int(len(train_rows)),
-                  "default_weight": args.default_weight, "seeds": list(seeds),
+                  "default_weight": args.default_weight, "device_weight": args.device_weight,
+                  "seeds": list(seeds),
                   "device_id": device_id,
                   "split": split.name if split else None}
     if with_device:

@@ -41,8 +41,8 @@ SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
 # (trained on the Zen 4 VM's data), "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
-# and "emeraldrapids" (trained the same way on both VMs' data and 1,609 programs timed on an
-# Intel Xeon Emerald Rapids VM, fitted for that one)
+# and "emeraldrapids" (trained the same way on both VMs' data and 1,735 programs timed on an
+# Intel Xeon Emerald Rapids VM, those weighted 4 in the loss: `--device-weight`; fitted for it)
 DEVICE_MODELS = ("default", "zen5", "emeraldrapids")
 
 
