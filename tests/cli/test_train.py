@@ -268,3 +268,8 @@ def test_device_weight_weights_the_for_device_records_only(tmp_path, fit_calls, 
     assert main(common + ["--out", str(tmp_path / "bad"), "--device-weight", "3"]) == 2
     assert "needs --for-device" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+    for bad in ("0", "-1", "inf", "nan"):  # refused before any training, not by the fit
+        assert main(common + ["--out", str(tmp_path / "bad"), "--for-device", two_id,
+                              "--device-weight", bad]) == 2
+        assert "finite weight > 0" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

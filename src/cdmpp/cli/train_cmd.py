@@ -106,9 +106,10 @@ def run_train(args) -> int:
 
     if args.split:
         parse_split_spec(args.split)  # a bad spec fails before any extraction
-    if args.device_weight != 1.0 and (args.for_device is None or not args.device_weight > 0):
+    if args.device_weight != 1.0 and (args.for_device is None
+                                      or not 0 < args.device_weight < float("inf")):
         raise ValueError(f"--device-weight {args.device_weight}: needs --for-device and a "
-                         "weight > 0")
+                         "finite weight > 0")
     store = _store(args)
     samples = store.samples(databases=args.data)
     import numpy as np
