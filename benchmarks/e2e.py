@@ -9,7 +9,9 @@ Each network is imported (torch.export), fused as TVM's CPU pipeline does (untun
 per-call overhead) and timed with the Relax VM (the collector's protocol: interleaved passes,
 reference kernel, minimum). With `--kernels`, every kernel is also timed on its own, and the
 replay of those timings is reported: its gap to the measured total is the replay's own error,
-separate from the model's. Several `--model`s are all compared with the same measurement; the
+separate from the model's; each kernel is also stamped inside the network (the VM's instrument
+hook), and the replay of those times (`replay(in net)`) tells how much of that gap is the
+kernels running slower there than alone. Several `--model`s are all compared with the same measurement; the
 first one fills the table's main columns, the others add an error column each.
 With `--tuning-db`, the replay of the database's own timing of every kernel (`replay(db)`; no
 model, no new run) is reported too, and how far each model's prediction is from it (`vs db`):
@@ -62,6 +64,8 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
             "measured_s": result.measured_s,
             "abs_error_rel": None if error is None else abs(error), "error_rel": error,
             "measured_kernels_replay_s": result.measured_kernels_replay_s,
+            # the kernels stamped inside the network (with --kernels), replayed
+            "in_network_replay_s": result.in_network_replay_s,
             "database_replay_s": result.database_replay_s,
             "kernels": len(net.kernels), "calls": len(result.graph),
             "import_lower_s": round(t1 - t0, 2),
@@ -96,7 +100,7 @@ def table(rows) -> str:
     else:
         key, show, unit = "predicted_s", _ms, " ms"
     head = (f"{'network':<14} {'batch':>5} {'predicted ms':>13} {'measured ms':>12} "
-            f"{'error':>8} {'replay(meas) ms':>16} {'replay(db) ms':>14} {'vs db':>8} "
+            f"{'error':>8} {'replay(meas) ms':>16} {'replay(in net)':>14} {'replay(db) ms':>14} {'vs db':>8} "
             f"{'pred time s':>11}" + "".join(f" {(m + unit)[-12:]:>12}" for m in others))
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -104,6 +108,7 @@ def table(rows) -> str:
         lines.append(f"{r['network']:<14} {r['batch']:>5} {_ms(r['predicted_s']):>13} "
                      f"{_ms(r['measured_s']):>12} {_pct(r['error_rel']):>8} "
                      f"{_ms(r['measured_kernels_replay_s']):>16} "
+                     f"{_ms(r.get('in_network_replay_s')):>14} "
                      f"{_ms(r['database_replay_s']):>14} {_pct(first['vs_database_rel']):>8} "
                      f"{r['prediction_s']:>11.3f}"
                      + "".join(f" {show(r['by_model'][m][key]):>12}" for m in others))

@@ -86,6 +86,13 @@ def test_measure_network_times_the_network_and_each_kernel(lowered, device, tmp_
     assert m.probe_best_s <= m.probe_worst_s
     assert (m.to_json()["by_placement"] == {}) == \
         (not has_two_placements(m.probe_best_s, m.probe_worst_s))
+    # every kernel was also stamped inside the network, once per call of each profiled run
+    assert 1 <= m.in_network_runs <= 5
+    assert {k: len(v) for k, v in m.in_network.items()} == \
+        {k.name: m.in_network_runs for k in net.kernels}  # tiny_mlp calls each kernel once
+    inside = m.in_network_s()
+    assert set(inside) == set(m.kernel_s()) and all(t > 0 for t in inside.values())
+    assert m.to_json()["in_network_s"] == inside
 
 
 def test_unknown_network_names_the_choices():
@@ -171,3 +178,31 @@ def test_importing_a_torch_network_shows_none_of_torchs_own_deprecations():
         warnings.simplefilter("always")
         import_network("tiny_mlp", 1)
     assert not [w for w in seen if "LeafSpec" in str(w.message)]
+
+
+def test_kernel_nodes_count_the_weights_they_read_in_full(lowered):
+    graph = from_relax(lowered("tiny_mlp").mod)
+    # Linear(16, 32) then Linear(32, 8), float32 weights and biases
+    assert [n.weight_bytes for n in graph.nodes] == [4 * (16 * 32 + 32), 4 * (32 * 8 + 8)]
+    assert graph.weight_bytes() == 4 * (16 * 32 + 32 + 32 * 8 + 8)
+
+
+def test_a_table_read_at_data_dependent_rows_is_not_counted_as_weights():
+    from tvm import relax, topi
+    from tvm.script import relax as R
+
+    from cdmpp.tvm_env import import_tvm
+
+    import_tvm()
+    table = relax.const(np.zeros((1000, 8), "float32"))  # an embedding table: rows gathered
+    weight = relax.const(np.zeros((8, 4), "float32"))  # a weight: read in full
+    bb = relax.BlockBuilder()
+    ids = relax.Var("ids", R.Tensor((3,), "int32"))
+    with bb.function("main", [ids]):
+        with bb.dataflow():
+            rows = bb.emit_te(topi.take, table, ids, 0, primfunc_name_hint="take")
+            out = bb.emit_output(bb.emit_te(topi.matmul, rows, weight,
+                                            primfunc_name_hint="matmul"))
+        bb.emit_func_output(out)
+    graph = from_relax(bb.get())
+    assert [(n.kernel, n.weight_bytes) for n in graph.nodes] == [("take", 0), ("matmul", 128)]

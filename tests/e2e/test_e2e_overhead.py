@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_helpers import device  # noqa: F401  (fixture)
+from e2e_helpers import device, lowered  # noqa: F401  (fixtures)
 
 from cdmpp.e2e import overhead as oh
 from cdmpp.e2e.replay import CallOverhead
@@ -44,7 +44,8 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
     from cdmpp.measure.timing import Protocol
 
     fast = Protocol(repeat=2, passes=2, max_extra_passes=0, min_repeat_ms=2)
-    cal = oh.calibrate_overhead(device, lengths=(1, 16), protocol=fast)
+    # a 4 MiB "last-level cache": the cold-weights probe cycles through two copies (18 MiB)
+    cal = oh.calibrate_overhead(device, lengths=(1, 16), protocol=fast, cold_llc_bytes=4 * 2**20)
     assert cal.device_id == device.device_id and cal.chain_lengths == (1, 16)
     assert cal.kernel_chain_s[1] > cal.kernel_chain_s[0] > 0
     # the documented method, on the values the calibration records: per call = slope of the
@@ -63,4 +64,41 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
     assert cal.kernel_chain_s == tuple(min(cal.values[f"kernel_chain_{n}"]) for n in (1, 16))
     assert cal.view_chain_s == tuple(min(cal.values[f"view_chain_{n}"]) for n in (1, 16))
     assert cal.tiny_kernel_s == min(cal.values["tiny_kernel"])
+    # the cold-weights probe: extra seconds per weight byte cycling through the copies
+    cold = cal.cold
+    assert cold.llc_bytes == 4 * 2**20 and cold.weight_bytes == 4 * 768 * 3072
+    assert cold.cycled_bytes == 2 * cold.weight_bytes and cold.warm_s > 0
+    assert cold.s_per_byte == max(cold.cycled_s - cold.warm_s, 0.0) / cold.weight_bytes
     assert oh.OverheadCalibration.from_json(cal.to_json()) == cal
+
+
+def test_cold_weights_cost_only_networks_whose_weights_exceed_the_last_level_cache(
+        tmp_path, monkeypatch, device, lowered):
+    from e2e_helpers import StubEstimator
+
+    from cdmpp.e2e.cold import ColdWeights
+    from cdmpp.e2e.graph import from_relax
+    from cdmpp.e2e.predict import predict_network
+
+    cold = ColdWeights(llc_bytes=1000, s_per_byte=2e-9, cycled_bytes=2, weight_bytes=1,
+                       warm_s=1.0, cycled_s=1.0)
+    assert cold.at(1000) == 0.0 and cold.at(1001) == 2e-9
+    assert ColdWeights.from_json(cold.to_json()) == cold
+    net = lowered("tiny_mlp")
+    weights = from_relax(net.mod).weight_bytes()  # 3,232 bytes
+    for llc in (1000, 10_000):  # below and above the network's weights
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / str(llc)))
+        oh.save_overhead(oh.OverheadCalibration(
+            device.device_id, 2, CallOverhead(0.0, 0.0, 0.0), oh.METHOD_VERSION,
+            "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5), (5e-7, 1e-5), 1e-8, {},
+            ColdWeights(llc, 2e-9, 2, 1, 1.0, 1.0)), device)
+        # overhead="auto": the device's calibration, cold weights included
+        r = predict_network(StubEstimator(default_s=1e-5), net, device=device)
+        extra = weights * 2e-9 if weights > llc else 0.0
+        assert r.predicted_s == pytest.approx(2e-5 + extra)
+        assert r.replay.overhead.per_weight_byte_s == (2e-9 if extra else 0.0)
+        assert r.to_json()["weight_bytes"] == weights
+        # an explicit overhead is taken as given
+        explicit = predict_network(StubEstimator(default_s=1e-5), net, device=device,
+                                   overhead=CallOverhead(0.0, 0.0, 0.0))
+        assert explicit.predicted_s == pytest.approx(2e-5)

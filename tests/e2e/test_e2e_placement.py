@@ -82,3 +82,16 @@ def test_no_second_timing_when_the_other_placement_does_not_come(tmp_path, monke
     m, *_ = _in_the_other_placement(_FakeTimer([], 0.0), ("__network__", None, []), both,
                                     "dev1", (FAST, SLOW), wait_s=60)
     assert m is both
+
+
+def test_a_kernel_inside_the_network_is_the_mean_over_its_call_sites_of_their_best_run():
+    m = _measurement(([0.05], FAST))
+    # kernel "a" called at two sites per inference, two inferences profiled: site 1 took
+    # 3 then 2 ms, site 2 took 5 then 6 ms; "b" once per inference
+    net = NetworkMeasurement("net", 1, "dev1", 2, m,
+                             in_network={"a": (3e-3, 5e-3, 2e-3, 6e-3), "b": (1e-3, 4e-3)},
+                             in_network_runs=2)
+    inside = net.in_network_s()
+    assert inside["a"] == (2e-3 + 5e-3) / 2 and inside["b"] == 1e-3
+    assert net.to_json()["in_network_calls_s"]["a"] == [3e-3, 5e-3, 2e-3, 6e-3]
+    assert NetworkMeasurement("net", 1, "dev1", 2, m).in_network_s() == {}

@@ -48,6 +48,47 @@ def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered)
     assert f"critical path 2 of 2 calls, 0.042 ms busy; its longest call {first}" in table
 
 
+def test_kernels_timed_inside_the_network_are_replayed_beside_those_timed_alone(lowered):
+    from cdmpp.e2e.measure import NetworkMeasurement
+    from cdmpp.e2e.report import format_table
+    from cdmpp.types import Measurement, PassStats
+
+    net = lowered("tiny_mlp")
+    first, second = (k.name for k in net.kernels)
+    overhead = CallOverhead(per_call_s=1e-6, per_builtin_s=0.0, per_invoke_s=2e-6)
+    r = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net, overhead=overhead)
+    timing = Measurement((6e-5,), (PassStats((6e-5,), 1.0),))
+    alone = {first: Measurement((2e-5,), (PassStats((2e-5,), 1.0),)),
+             second: Measurement((1e-5,), (PassStats((1e-5,), 1.0),))}
+    m = NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone,
+                           in_network={first: (3e-5,), second: (2e-5,)}, in_network_runs=1)
+    both = r.with_measurement(m)
+    assert both.measured_kernels_replay_s == pytest.approx(2e-5 + 1e-5 + 2e-6 + 2e-6)
+    assert both.in_network_replay_s == pytest.approx(3e-5 + 2e-5 + 2e-6 + 2e-6)
+    assert {k.name: k.in_network_s for k in both.kernels} == {first: 3e-5, second: 2e-5}
+    assert both.to_json()["in_network_replay_s"] == both.in_network_replay_s
+    table = format_table(both)
+    # 0.054 ms inside vs 0.034 alone vs 0.060 measured
+    assert ("replay of the kernels timed inside the network: 0.054 ms (-10.0% vs measured); "
+            "+58.8% vs the replay of them alone") in table
+    assert "not charged" in table  # tiny_mlp's weights, no cold-weights term
+    assert "in net ms/call" in table
+    # with weights from memory in the replay: kernels timed alone get the term, kernels timed
+    # inside the network already paid it
+    cold = CallOverhead(per_call_s=1e-6, per_invoke_s=2e-6, per_weight_byte_s=1e-9)
+    weights = sum(n.weight_bytes for n in both.graph.nodes)
+    with_cold = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net,
+                                overhead=cold).with_measurement(m)
+    assert with_cold.measured_kernels_replay_s == pytest.approx(
+        both.measured_kernels_replay_s + weights * 1e-9)
+    assert with_cold.in_network_replay_s == pytest.approx(both.in_network_replay_s)
+    assert f"weights    {weights / 2**20:.1f} MiB read per inference, from memory" in \
+        format_table(with_cold)
+    # a measurement without the profile (an older one) leaves it out
+    plain = r.with_measurement(NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone))
+    assert plain.in_network_replay_s is None and "inside the network" not in format_table(plain)
+
+
 def test_json_has_the_stated_keys(lowered):
     r = predict_network(StubEstimator(), lowered("tiny_branch"), overhead=None)
     d = json.loads(json.dumps(r.to_json()))

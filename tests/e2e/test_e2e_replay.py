@@ -100,3 +100,16 @@ def test_graph_checks_ids_inputs_and_cycles():
     with pytest.raises(ValueError, match="kind"):
         Node(0, "a", (), "kernel")
     assert replay(Graph(()), {}).total_s == 0.0
+
+
+def test_weights_from_memory_lengthen_each_call_by_their_bytes():
+    g = Graph((Node(0, "a", weight_bytes=1000), Node(1, "b", (0,)), Node(2, "a", (1,),
+                                                                         weight_bytes=3000)))
+    o = CallOverhead(per_call_s=0.5, per_weight_byte_s=1e-3)
+    r = replay(g, {"a": 1.0, "b": 2.0}, overhead=o)
+    assert [r.duration_s(i) for i in range(3)] == [1.0 + 0.5 + 1.0, 2.0 + 0.5, 1.0 + 0.5 + 3.0]
+    assert r.total_s == pytest.approx(2.5 + 2.5 + 4.5)
+    rows = {k.name: k for k in r.breakdown}
+    assert rows["a"].overhead_s == pytest.approx(0.5 + 2.0)  # mean over its two calls
+    assert rows["a"].total_s == pytest.approx(2.5 + 4.5)
+    assert replay(g, {"a": 1.0, "b": 2.0}, overhead=CallOverhead(per_call_s=0.5)).total_s == 5.5

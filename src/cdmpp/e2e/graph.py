@@ -16,6 +16,11 @@ Tuples, tuple items, variable aliases and constants are not runtime calls: they 
 data, so a node that reads `(a, b)[0]` depends on the producers of `a` and `b` (conservative).
 
 An edge i -> j means node j reads a value node i produced. Node ids are the program order.
+A kernel node also counts the bytes of the network's constants (weights) it reads in full
+(`weight_bytes`): every inference reads them again, and when they are more than the caches
+hold they come from memory, where the kernel timed alone found them in cache (`e2e.cold`).
+A constant the kernel only gathers rows of (an embedding table read at data-dependent
+indices) is not counted: it reads a few rows, not the table.
 The dataclasses are plain Python (no TVM objects) so graphs can also be made by hand.
 """
 
@@ -36,6 +41,7 @@ class Node:
     inputs: tuple[int, ...] = ()  # ids of the nodes whose outputs this node reads
     kind: str = "call_tir"
     var: str = ""  # the Relax variable bound to the result (for messages)
+    weight_bytes: int = 0  # bytes of constants (weights) the call reads in full
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -56,6 +62,10 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def weight_bytes(self) -> int:
+        """Bytes of constants the calls read in full, over one inference."""
+        return sum(node.weight_bytes for node in self.nodes)
 
     def kernel_calls(self) -> dict[str, int]:
         """{kernel: number of nodes calling it}, in first-call order (builtins included)."""
@@ -127,6 +137,59 @@ def _call_kind(call, tvm) -> tuple[str, str]:
     return "op", str(op)
 
 
+def _nbytes(shape, dtype) -> int:
+    import numpy as np
+
+    return int(np.prod([int(d) for d in shape], dtype=np.int64)) * np.dtype(str(dtype)).itemsize
+
+
+def _gathered_params(prim_func) -> set[int]:
+    """Indices of the parameters a PrimFunc reads at data-dependent positions (a block's read
+    region whose bounds load from a buffer, as `take` reads an embedding table)."""
+    from cdmpp.features.tir_tree import _has_load, _types
+
+    ty = _types()
+    # a parameter and the buffer it declares share their name (unique in a PrimFunc)
+    index_of = {str(p.name): i for i, p in enumerate(prim_func.params)}
+    gathered: set[int] = set()
+    stack = [prim_func.body]
+    while stack:
+        stmt = stack.pop()
+        if stmt is None:
+            continue
+        if isinstance(stmt, ty.SBlock):
+            for region in stmt.reads:
+                name = str(region.source.name)
+                if name in index_of and any(_has_load(r.min, ty) for r in region.region):
+                    gathered.add(index_of[name])
+        if isinstance(stmt, ty.SeqStmt):
+            stack.extend(stmt.seq)
+            continue
+        for attr in ("body", "block", "then_case", "else_case", "init"):
+            child = getattr(stmt, attr, None)
+            if child is not None and not callable(child):
+                stack.append(child)
+    return gathered
+
+
+def _weight_bytes(call, mod, tvm) -> int:
+    """Bytes of the constant arguments a `call_tir` reads in full."""
+    from tvm import relax
+
+    args = call.args[1]
+    args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    consts = [(i, a) for i, a in enumerate(args) if isinstance(a, tvm.ir.Constant)]
+    if not consts:
+        return 0
+    gathered: set[int] = set()
+    callee = call.args[0]
+    if isinstance(mod, tvm.IRModule) and callee in mod.functions:
+        func = mod[callee]
+        if isinstance(func, tvm.tirx.PrimFunc):
+            gathered = _gathered_params(func)
+    return sum(_nbytes(a.ty.shape, a.ty.dtype) for i, a in consts if i not in gathered)
+
+
 def from_relax(mod, func_name: str = "main") -> Graph:
     """The dataflow graph of `mod[func_name]` (a Relax function; use the fused module)."""
     from cdmpp.tvm_env import import_tvm
@@ -157,8 +220,9 @@ def from_relax(mod, func_name: str = "main") -> Graph:
             if kind is None:  # tuple, tuple item, alias, constant, match_cast: data only
                 producers[binding.var] = inputs
                 continue
+            weights = _weight_bytes(value, mod, tvm) if kind[0] == "call_tir" else 0
             node = Node(len(nodes), kind[1], tuple(sorted(inputs)), kind[0],
-                        binding.var.name)
+                        binding.var.name, weights)
             nodes.append(node)
             producers[binding.var] = frozenset((node.id,))
     return Graph(tuple(nodes))

@@ -11,6 +11,11 @@ The VM is timed through `save_function` (arguments bound once), so a repeat is t
 alone; its first pass starts with one untimed warm-up run (time_evaluator's), and a network
 whose runs take `min_repeat_ms` or more is then timed run by run.
 
+With `kernels=True` each kernel is also timed *inside* the network after the passes: the VM's
+instrument hook stamps every call of a few extra inferences (`profile_in_network`). A kernel can
+run slower there than alone: on the Intel Xeon, BERT-base's weight matmuls ran 1.3-1.4x their
+time alone, as they do alone after 256 MiB of other memory traffic (docs/measurement.md).
+
 A memory-streaming probe is timed before every pass (`measure.placement`): the host may move our
 threads between placements in which a network runs up to 28% apart while its kernels timed
 alone do not. With `both_placements_s`, a network timed in one placement only, on a device that
@@ -45,6 +50,10 @@ class NetworkMeasurement:
     # the memory probe's fastest and slowest time on this device ever (measure.placement)
     probe_best_s: float | None = None
     probe_worst_s: float | None = None
+    # kernel -> seconds of each of its calls inside the network, call by call over the
+    # profiled inferences (`profile_in_network`); empty unless kernels were timed
+    in_network: Mapping[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
+    in_network_runs: int = 0
 
     @property
     def host_slowdown(self) -> float | None:
@@ -79,6 +88,19 @@ class NetworkMeasurement:
         """{kernel: measured seconds per call} of the kernels timed on their own."""
         return {name: m.latency_s for name, m in self.kernels.items()}
 
+    def in_network_s(self) -> dict[str, float]:
+        """{kernel: seconds per call inside the network}: each call site's fastest time over
+        the profiled inferences, averaged over the kernel's call sites."""
+        runs = max(self.in_network_runs, 1)
+        out = {}
+        for name, samples in self.in_network.items():
+            per_run = len(samples) // runs
+            if per_run == 0:
+                continue
+            sites = np.asarray(samples[:per_run * runs], dtype=np.float64).reshape(runs, per_run)
+            out[name] = float(sites.min(axis=0).mean())
+        return out
+
     def to_json(self) -> dict:
         def one(m: Measurement) -> dict:
             return {"latency_s": m.latency_s, "run_secs": list(m.run_secs),
@@ -91,7 +113,10 @@ class NetworkMeasurement:
                 "failed": dict(self.failed), "reference_s": self.reference_s,
                 "reference_best_s": self.reference_best_s, "host_slowdown": self.host_slowdown,
                 "probe_best_s": self.probe_best_s, "probe_worst_s": self.probe_worst_s,
-                "by_placement": self.by_placement()}
+                "by_placement": self.by_placement(),
+                "in_network_runs": self.in_network_runs,
+                "in_network_s": self.in_network_s(),
+                "in_network_calls_s": {k: list(v) for k, v in self.in_network.items()}}
 
 
 class VMProgram:
@@ -150,6 +175,40 @@ def kernel_args_info(func) -> list:
 
 
 KERNEL_BUILD_TIMEOUT_S = 300.0  # untuned kernels of large networks compile for seconds
+# inferences profiled call by call: up to this many, within about this many seconds (an untuned
+# BERT-base takes ~30 s per inference here: it gets one, and no warm-up)
+IN_NETWORK_RUNS = 5
+IN_NETWORK_BUDGET_S = 10.0
+
+
+def profile_in_network(executable, inputs, kernel_names, *, runs: int, warm_up: bool = True,
+                       func: str = "main") -> dict[str, tuple[float, ...]]:
+    """{kernel: seconds of each call, in call order over `runs` inferences} for the kernels
+    named, timed inside the network by the VM's instrument hook (before and after each call),
+    after one untimed inference if `warm_up`. The hook's own cost (a Python call, ~1-2 us) is
+    inside every stamp, so kernels of a few microseconds read high."""
+    tvm = import_tvm()
+    from tvm import relax
+
+    names = set(kernel_names)
+    stamps: dict[str, list[float]] = {name: [] for name in names}
+    started = [0.0]
+
+    def instrument(_func, symbol, before_run, _ret, *_args):
+        if symbol in names:
+            if before_run:
+                started[0] = time.perf_counter()
+            else:
+                stamps[symbol].append(time.perf_counter() - started[0])
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    if warm_up:
+        vm[func](*inputs)
+    vm.set_instrument(instrument)
+    for _ in range(runs):
+        vm[func](*inputs)
+    return {name: tuple(v) for name, v in stamps.items() if v}
 
 
 def build_kernel(func, target):
@@ -218,10 +277,17 @@ def _measure_network(net, device, protocol, kernels, seed, executable,
             failed[name] = f"{type(m).__name__}: {m}"
         else:
             per_kernel[name] = m
+    in_network, runs = {}, 0
+    if kernels:
+        runs = max(1, min(IN_NETWORK_RUNS, int(IN_NETWORK_BUDGET_S / network.latency_s)))
+        # a network slower than the budget (untuned, seconds a kernel) skips the warm-up run
+        in_network = profile_in_network(exe, random_inputs(net.mod, seed),
+                                        [k.name for k in net.kernels], runs=runs,
+                                        warm_up=network.latency_s < IN_NETWORK_BUDGET_S)
     return NetworkMeasurement(net.name, net.batch, device.device_id, device.threads, network,
                               per_kernel, failed, timer.ref_best_s,
                               remember_reference(device.device_id, timer.ref_best_s),
-                              best, worst)
+                              best, worst, in_network, runs)
 
 
 def _in_the_other_placement(timer, program, network: Measurement, device_id: str,

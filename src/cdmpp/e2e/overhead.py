@@ -13,8 +13,10 @@ A least-squares line through (L, time of main) gives the time per link; per call
 slope(kernel chains) - tiny kernel alone; per builtin = slope(view chains); per invoke = time of
 the shortest kernel chain - its calls (entering and leaving `main`; the line's intercept is
 too sensitive to the slight curvature of the chain times). So the overhead is what the VM adds
-beyond the kernel timings the estimator is trained on. Not included: the cache effects of
-running kernels back to back (a kernel timed alone runs with warm caches).
+beyond the kernel timings the estimator is trained on. Since method 2 it also holds the cost of
+weights read from memory in a network where a kernel timed alone finds them in cache
+(`e2e.cold`: a probe matmul timed warm and cycling through twice the last-level cache of
+copies of its weights).
 
 Stored as `<cache>/devices/<device_id>/overhead.json` beside that device's `device.json`
 (`<cache>` = $XDG_CACHE_HOME/cdmpp or ~/.cache/cdmpp), with every measured value.
@@ -29,11 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.clock import now_iso
+from cdmpp.e2e.cold import ColdWeights
 from cdmpp.e2e.replay import CallOverhead
 from cdmpp.paths import device_dir
 
 OVERHEAD_FILE = "overhead.json"
-METHOD_VERSION = 1
+METHOD_VERSION = 2  # 2: + the cold-weights probe (e2e.cold)
 METHOD = ("least-squares slopes of VM time vs chain length: L tiny kernels (minus the kernel "
           "alone) and L reshape views; per-invoke = shortest kernel chain minus its calls; "
           "collector's timing protocol, minimum over every repeat of every pass")
@@ -52,6 +55,7 @@ class OverheadCalibration:
     view_chain_s: tuple[float, ...]
     tiny_kernel_s: float
     values: dict  # every repeat of every pass: {"kernel_chain_64": [...], ...}
+    cold: ColdWeights | None = None  # weights from memory in a network (e2e.cold)
 
     def to_json(self) -> dict:
         return {"device_id": self.device_id, "threads": self.threads,
@@ -63,7 +67,8 @@ class OverheadCalibration:
                 "chain_lengths": list(self.chain_lengths),
                 "kernel_chain_s": list(self.kernel_chain_s),
                 "view_chain_s": list(self.view_chain_s), "tiny_kernel_s": self.tiny_kernel_s,
-                "values": self.values}
+                "values": self.values,
+                "cold_weights": None if self.cold is None else self.cold.to_json()}
 
     @classmethod
     def from_json(cls, d: dict, source: str = "<dict>") -> "OverheadCalibration":
@@ -73,7 +78,9 @@ class OverheadCalibration:
                                     float(d["per_invoke_s"])),
                        int(d["method_version"]), d["created"], tuple(d["chain_lengths"]),
                        tuple(d["kernel_chain_s"]), tuple(d["view_chain_s"]),
-                       float(d["tiny_kernel_s"]), dict(d.get("values", {})))
+                       float(d["tiny_kernel_s"]), dict(d.get("values", {})),
+                       None if d.get("cold_weights") is None
+                       else ColdWeights.from_json(d["cold_weights"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{source}: not an overhead calibration ({e!r})") from e
 
@@ -107,8 +114,12 @@ def _slope(lengths, times) -> float:
     return float(slope)
 
 
-def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None) -> OverheadCalibration:
-    """Measure the VM's overhead on this machine (a few seconds), with the device's threads."""
+def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None,
+                       cold_llc_bytes: int | None = None, cold: bool = True
+                       ) -> OverheadCalibration:
+    """Measure the VM's overhead on this machine (a few seconds), with the device's threads;
+    with `cold`, also the cold-weights probe (`e2e.cold`; `cold_llc_bytes`: its last-level
+    cache, default the device's)."""
     from cdmpp.device import local_device
     from cdmpp.measure.collect import threads_for
 
@@ -116,7 +127,14 @@ def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None) -> 
         raise ValueError(f"need at least two chain lengths >= 1, got {lengths}")
     device = device or local_device()
     with threads_for(device.threads):
-        return _calibrate_overhead(device, lengths, protocol)
+        cal = _calibrate_overhead(device, lengths, protocol)
+        if cold:
+            from dataclasses import replace
+
+            from cdmpp.e2e.cold import measure_cold_weights
+
+            cal = replace(cal, cold=measure_cold_weights(device, llc_bytes=cold_llc_bytes))
+        return cal
 
 
 def _calibrate_overhead(device, lengths, protocol) -> OverheadCalibration:

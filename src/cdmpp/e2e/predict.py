@@ -33,13 +33,14 @@ class KernelPrediction:
     tuned: bool = False  # its schedule came from the tuning database
     kind: str = "call_tir"  # graph node kind; "builtin" rows have no kernel time
     database_s: float | None = None  # one call, as the tuning database records it
+    in_network_s: float | None = None  # one call, timed inside the network (with --measure)
 
     def to_json(self) -> dict:
         return {"name": self.name, "calls": self.calls, "predicted_s": self.predicted_s,
                 "predicted_total_s": self.total_s, "measured_s": self.measured_s,
                 "measured_total_s": None if self.measured_s is None
                 else self.calls * self.measured_s, "tuned": self.tuned, "kind": self.kind,
-                "database_s": self.database_s}
+                "database_s": self.database_s, "in_network_s": self.in_network_s}
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class E2EResult:
     measurement: object = field(default=None, repr=False, compare=False)  # NetworkMeasurement
     measured_kernels_replay_s: float | None = None  # replay with kernels timed alone
     database_replay_s: float | None = None  # replay with the tuning database's timings
+    in_network_replay_s: float | None = None  # replay with kernels timed inside the network
 
     @property
     def error_rel(self) -> float | None:
@@ -70,11 +72,19 @@ class E2EResult:
     def with_measurement(self, m) -> "E2EResult":
         """A new result holding a `measure.NetworkMeasurement` of the same network. When every
         kernel was timed on its own, `measured_kernels_replay_s` is the replay of the graph
-        with those timings: its gap to `measured_s` is the replay's own error."""
+        with those timings: its gap to `measured_s` is the replay's own error. When every kernel
+        was also timed inside the network, `in_network_replay_s` is the replay with those: the
+        part of that gap the kernels account for (running slower in the network than alone)."""
         per_kernel = m.kernel_s()
-        kernels = tuple(replace(k, measured_s=per_kernel.get(k.name)) for k in self.kernels)
+        in_network = m.in_network_s() if hasattr(m, "in_network_s") else {}
+        kernels = tuple(replace(k, measured_s=per_kernel.get(k.name),
+                                in_network_s=in_network.get(k.name)) for k in self.kernels)
         return replace(self, kernels=kernels, measured_s=m.latency_s, measurement=m,
-                       measured_kernels_replay_s=self._replay_with(per_kernel))
+                       measured_kernels_replay_s=self._replay_with(per_kernel),
+                       # timed inside the network, the kernels already read their weights
+                       # from memory: no cold-weights term on top
+                       in_network_replay_s=self._replay_with(in_network, cold_weights=False)
+                       if in_network else None)
 
     def with_database(self, latencies: Mapping[str, float]) -> "E2EResult":
         """A new result holding the tuning database's time of each kernel
@@ -85,11 +95,16 @@ class E2EResult:
         kernels = tuple(replace(k, database_s=latencies.get(k.name)) for k in self.kernels)
         return replace(self, kernels=kernels, database_replay_s=self._replay_with(latencies))
 
-    def _replay_with(self, kernel_s: Mapping[str, float]) -> float | None:
+    def _replay_with(self, kernel_s: Mapping[str, float], cold_weights: bool = True
+                     ) -> float | None:
         """The total of this result's graph replayed with other kernel durations (same queues
-        and call overhead), or None when some kernel has none."""
+        and call overhead; without the cold-weights term unless `cold_weights`), or None when
+        some kernel has none."""
+        overhead = self.replay.overhead
+        if not cold_weights:
+            overhead = replace(overhead, per_weight_byte_s=0.0)
         try:
-            return replay(self.graph, dict(kernel_s), overhead=self.replay.overhead,
+            return replay(self.graph, dict(kernel_s), overhead=overhead,
                           queue_of=dict(enumerate(self.replay.queue))).total_s
         except KeyError:  # replay.MissingDurationError
             return None
@@ -101,10 +116,13 @@ class E2EResult:
                 "error_rel": self.error_rel,
                 "measured_kernels_replay_s": self.measured_kernels_replay_s,
                 "database_replay_s": self.database_replay_s,
+                "in_network_replay_s": self.in_network_replay_s,
                 "kernels": [k.to_json() for k in self.kernels],
                 "nodes": len(self.graph),
                 "overhead": {"per_call_s": o.per_call_s, "per_builtin_s": o.per_builtin_s,
-                             "per_invoke_s": o.per_invoke_s},
+                             "per_invoke_s": o.per_invoke_s,
+                             "per_weight_byte_s": o.per_weight_byte_s},
+                "weight_bytes": self.graph.weight_bytes(),
                 "critical_path": list(self.critical_path_kernels()),
                 "timings_s": dict(self.timings_s),
                 "measurement": None if self.measurement is None else self.measurement.to_json()}
@@ -169,6 +187,7 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
     from cdmpp.e2e.kernels import NetworkModule, lower_network
 
     timings = {}
+    cold = None  # the device's cold-weights probe (e2e.cold), with the calibrated overhead
     if not isinstance(network, NetworkModule):
         if target is None:
             raise ValueError("predicting a Relax IRModule needs a target")
@@ -181,13 +200,16 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
         from cdmpp.e2e.overhead import load_overhead
 
         device = device or local_device()
-        overhead = load_overhead(device, log=log).overhead
+        calibration = load_overhead(device, log=log)
+        overhead, cold = calibration.overhead, calibration.cold
     overhead = overhead or CallOverhead()
 
     t0 = time.perf_counter()
     kernel_s = predict_kernels(estimator, network.kernels, target)
     t1 = time.perf_counter()
     graph = from_relax(network.mod)
+    if cold is not None:  # every weight of an inference passes the caches between two reads
+        overhead = replace(overhead, per_weight_byte_s=cold.at(graph.weight_bytes()))
     result = replay(graph, {**(extra_kernel_s or {}), **kernel_s}, overhead=overhead,
                     queue_of=queue_of)
     t2 = time.perf_counter()

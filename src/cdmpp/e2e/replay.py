@@ -7,7 +7,8 @@
 Model (dPRO, MLSys'22, simplified to inference on one host):
 - every node lasts its kernel's time (per call) + the per-call overhead of its kind (the VM's
   dispatch: `Overhead.per_call_s` for kernels, `per_builtin_s` for builtins such as a reshape
-  view, which have no kernel time);
+  view, which have no kernel time) + its weights read from memory (`Node.weight_bytes` x
+  `Overhead.per_weight_byte_s`, `e2e.cold`);
 - every node runs on one queue (a device or stream): all CPU nodes share queue "cpu" unless
   `queue_of` says otherwise; a queue runs one node at a time, in a fixed order: the graph's
   topological order with ties broken by `priority`, then by program order (as the VM executes);
@@ -39,9 +40,14 @@ class CallOverhead:
     per_call_s: float = 0.0  # dispatch of one kernel call by the VM (incl. output allocation)
     per_builtin_s: float = 0.0  # one builtin without a kernel (e.g. a reshape view)
     per_invoke_s: float = 0.0  # entering and leaving `main` once
+    per_weight_byte_s: float = 0.0  # a weight byte read from memory, not cache (e2e.cold)
 
     def for_kind(self, kind: str) -> float:
         return self.per_call_s if kind in KERNEL_KINDS else self.per_builtin_s
+
+    def for_node(self, node) -> float:
+        """Dispatch of the node's kind + its weights read from memory."""
+        return self.for_kind(node.kind) + node.weight_bytes * self.per_weight_byte_s
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,7 @@ class KernelTime:
     kind: str  # graph node kind (call_tir, builtin, ...)
     calls: int
     kernel_s: float  # one call, kernel only
-    overhead_s: float  # one call, runtime overhead
+    overhead_s: float  # one call, runtime overhead (+ weights from memory), mean over calls
     total_s: float  # calls * (kernel_s + overhead_s)
     share: float  # of the sum over all kernels and builtins
 
@@ -124,7 +130,7 @@ def replay(graph: Graph, kernel_s: Mapping[str, float], *,
         if q in last:
             prev_on_queue[i] = last[q]
             ready = max(ready, end[last[q]])
-        duration = overhead.for_kind(node.kind) + (
+        duration = overhead.for_node(node) + (
             float(kernel_s[node.kernel]) if node.kind in KERNEL_KINDS else 0.0)
         start[i], end[i] = ready, ready + duration
         last[q] = i
@@ -156,13 +162,16 @@ def _critical_path(graph: Graph, start, end, prev_on_queue) -> tuple[int, ...]:
 
 def _breakdown(graph: Graph, kernel_s, overhead: CallOverhead) -> tuple[KernelTime, ...]:
     calls: dict[tuple[str, str], int] = {}
+    extra_s: dict[tuple[str, str], float] = {}  # all calls' overhead
     for node in graph.nodes:
-        calls[(node.kernel, node.kind)] = calls.get((node.kernel, node.kind), 0) + 1
+        key = (node.kernel, node.kind)
+        calls[key] = calls.get(key, 0) + 1
+        extra_s[key] = extra_s.get(key, 0.0) + overhead.for_node(node)
     rows = []
     for (name, kind), count in calls.items():
         k = float(kernel_s[name]) if kind in KERNEL_KINDS else 0.0
-        o = overhead.for_kind(kind)
-        rows.append((name, kind, count, k, o, count * (k + o)))
+        o = extra_s[(name, kind)] / count
+        rows.append((name, kind, count, k, o, count * k + extra_s[(name, kind)]))
     total = sum(r[-1] for r in rows) or 1.0
     rows.sort(key=lambda r: -r[-1])  # stable: ties keep first-call order
     return tuple(KernelTime(*r, share=r[-1] / total) for r in rows)

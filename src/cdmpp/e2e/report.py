@@ -60,6 +60,14 @@ def format_table(result, top: int = 10) -> str:
             lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "
                          f"({100 * (replayed / result.measured_s - 1):+.1f}% vs measured: the "
                          "replay's own error)")
+        if result.in_network_replay_s is not None:
+            inside = result.in_network_replay_s
+            line = f"replay of the kernels timed inside the network: {_ms(inside)} ms " \
+                   f"({100 * (inside / result.measured_s - 1):+.1f}% vs measured)"
+            if result.measured_kernels_replay_s:
+                alone = result.measured_kernels_replay_s
+                line += f"; {100 * (inside / alone - 1):+.1f}% vs the replay of them alone"
+            lines.append(line)
     in_database = any(k.database_s is not None for k in result.kernels)
     if result.database_replay_s is not None:
         db = result.database_replay_s
@@ -82,11 +90,22 @@ def format_table(result, top: int = 10) -> str:
     lines.append(f"overhead   {1e6 * o.per_call_s:.3f} us per kernel call, "
                  f"{1e6 * o.per_builtin_s:.3f} us per builtin, {1e6 * o.per_invoke_s:.3f} us "
                  "per inference")
+    weights = result.graph.weight_bytes()
+    if weights and o.per_weight_byte_s > 0:
+        lines.append(f"weights    {weights / 2**20:.1f} MiB read per inference, from memory (timed "
+                     f"alone, from cache): {1e9 * o.per_weight_byte_s:.3f} ns per byte, "
+                     f"{_ms(weights * o.per_weight_byte_s)} ms")
+    elif weights:
+        lines.append(f"weights    {weights / 2**20:.1f} MiB read per inference; not charged (within "
+                     "the last-level cache, or no cold-weights calibration)")
     lines.append("")
     measured = any(k.measured_s is not None for k in result.kernels)
     head = f"{'kernel':<44} {'calls':>5} {'pred ms/call':>12} {'pred ms':>9} {'share':>6}"
+    in_network = any(k.in_network_s is not None for k in result.kernels)
     if measured:
         head += f" {'meas ms/call':>12} {'error':>7}"
+    if in_network:
+        head += f" {'in net ms/call':>14}"
     if in_database:
         head += f" {'db ms/call':>11} {'vs db':>7}"
     lines.append(head)
@@ -97,6 +116,8 @@ def format_table(result, top: int = 10) -> str:
         if measured:
             err = "" if not k.measured_s else f"{100 * (k.predicted_s / k.measured_s - 1):+.0f}%"
             row += f" {_ms(k.measured_s):>12} {err:>7}"
+        if in_network:
+            row += f" {_ms(k.in_network_s):>14}"
         if in_database:
             err = "" if not k.database_s else f"{100 * (k.predicted_s / k.database_s - 1):+.0f}%"
             row += f" {_ms(k.database_s):>11} {err:>7}"
