@@ -15,7 +15,7 @@ Method (`METHOD`): a matmul with 9 MiB of weights (BERT-base's first feed-forwar
 scheduled by hand: parallel rows, vectorized columns) is timed on one weight tensor back to back
 (warm) and cycling through copies of its weights totalling twice the last-level cache, as a
 network cycles through its layers' weights; three interleaved passes, the median call of each,
-the lower pass. Extra seconds per weight byte = (cycling - warm) / weight bytes, at least 0.
+the lowest pass. Extra seconds per weight byte = (cycling - warm) / weight bytes, at least 0.
 A network whose weights of one inference exceed the last-level cache costs each kernel call its
 weight bytes x that more than alone (`e2e.replay`); one whose weights fit costs nothing more.
 
@@ -38,7 +38,7 @@ PROBE_MKN = (128, 768, 3072)  # rows, reduction, columns: BERT-base's first feed
 DEFAULT_LLC_BYTES = 32 * 2**20  # when the device does not report its last-level cache
 METHOD = ("extra time per weight byte of a hand-scheduled 128x768x3072 float32 matmul (9 MiB "
           "of weights) cycling through copies of its weights totalling twice the last-level "
-          "cache, vs on one copy; median call per pass, lower pass; applied to networks whose "
+          "cache, vs on one copy; median call per pass, lowest pass; applied to networks whose "
           "weights per inference exceed the last-level cache")
 
 
@@ -70,17 +70,10 @@ class ColdWeights:
 def probe_kernel(target, mkn=PROBE_MKN):
     """(built module, args_info JSON, weight bytes) of the probe matmul C = A @ W."""
     from cdmpp.measure.build import compile_module
-    from cdmpp.tvm_env import import_tvm
-
-    tvm = import_tvm()
-    from tvm import s_tir, te
+    from cdmpp.measure.timing import matmul_schedule
 
     m, k, n = mkn
-    a = te.placeholder((m, k), name="A")
-    w = te.placeholder((k, n), name="W")
-    r = te.reduce_axis((0, k), name="k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, w, c])}))
+    sch = matmul_schedule(m, k, n)
     i, j, kk = sch.get_loops(sch.get_sblock("C"))
     jo, ji = sch.split(j, [None, 16])
     io, ii = sch.split(i, [None, 4])

@@ -74,16 +74,22 @@ def random_args(args_info_json: Sequence, device, seed: int = 0) -> list:
     return arrays
 
 
-def reference_kernel(target: dict, size: int = 128):
-    """A fixed, parallel matmul: its time tracks how fast the machine is right now."""
+def matmul_schedule(m: int, k: int, n: int):
+    """An unscheduled float32 matmul C[m, n] = A[m, k] @ B[k, n], as an `s_tir.Schedule` to
+    schedule (block "C"; parameters A, B, C)."""
     tvm = import_tvm()
     from tvm import s_tir, te
 
-    a = te.placeholder((size, size), name="A")
-    b = te.placeholder((size, size), name="B")
-    k = te.reduce_axis((0, size), name="k")
-    c = te.compute((size, size), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    a = te.placeholder((m, k), name="A")
+    b = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    return s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+
+
+def reference_kernel(target: dict, size: int = 128):
+    """A fixed, parallel matmul: its time tracks how fast the machine is right now."""
+    sch = matmul_schedule(size, size, size)
     i, _, _ = sch.get_loops(sch.get_sblock("C"))
     sch.parallel(i)
     from cdmpp.measure.build import compile_module
