@@ -13,9 +13,11 @@ def add_parser(subparsers) -> None:
         "e2e", help="predict the end-to-end latency of a whole network",
         description="Import a network (built-in, or ONNX), fuse it as TVM's CPU pipeline does, "
                     "predict every kernel TVM runs with the model and replay the dataflow "
-                    "graph with the device's calibrated per-call overhead. Prints the predicted "
-                    "total and the top kernels; with --measure, also the measured total and "
-                    "each kernel timed on its own. Writes a PNG breakdown.")
+                    "graph with the device's calibrated per-call overhead (and, for weights "
+                    "beyond the last-level cache, their calibrated cost from memory). Prints "
+                    "the predicted total and the top kernels; with --measure, also the measured "
+                    "total and each kernel timed on its own and inside the network. Writes a "
+                    "PNG breakdown.")
     add_network_arguments(p)
     p.add_argument("--tuning-db", metavar="DIR", default=None,
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
@@ -29,7 +31,8 @@ def add_parser(subparsers) -> None:
                         "written by cdmpp train or cdmpp calibrate (default: the shipped cdmpp model fitted for "
                         "this machine's device, else default)")
     p.add_argument("--measure", action="store_true",
-                   help="also time the network with TVM's VM and each kernel on its own")
+                   help="also time the network with TVM's VM, and each kernel on its own and "
+                        "inside the network")
     p.add_argument("--json", metavar="OUT", default=None, help="write the result as JSON")
     p.add_argument("--plot", metavar="PNG", default=None,
                    help="breakdown figure (default: e2e-NETWORK-bBATCH.png; 'none': no figure)")
