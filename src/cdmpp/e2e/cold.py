@@ -101,10 +101,10 @@ def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 9,
     module, info, weight_bytes = probe_kernel(device.target, mkn)
     func = module.get_function(ENTRY)
     a, w, c = random_args(info, tvm.cpu())
-    cycled = 2 * llc
+    cycled_bytes = 2 * llc
     if getattr(device, "memory_bytes", 0):  # a CPU with a huge L3 must not exhaust the RAM
-        cycled = min(cycled, device.memory_bytes // 4)
-    copies = max(2, -(-cycled // weight_bytes))
+        cycled_bytes = min(cycled_bytes, device.memory_bytes // 4)
+    copies = max(2, -(-cycled_bytes // weight_bytes))
     w_host = w.numpy()
     weights = [w] + [tvm.runtime.tensor(w_host, tvm.cpu()) for _ in range(copies - 1)]
 

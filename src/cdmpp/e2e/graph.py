@@ -146,7 +146,7 @@ def _nbytes(shape, dtype) -> int:
 def _gathered_params(prim_func) -> set[int]:
     """Indices of the parameters a PrimFunc reads at data-dependent positions (a block's read
     region whose bounds load from a buffer, as `take` reads an embedding table)."""
-    from cdmpp.features.tir_tree import _has_load, _types
+    from cdmpp.features.tir_tree import _has_load, _types  # the feature walker's load test
 
     ty = _types()
     # a parameter and the buffer it declares share their name (unique in a PrimFunc)
