@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from e2e_helpers import device, lowered  # noqa: F401  (fixtures)
@@ -88,10 +89,8 @@ def test_cold_weights_cost_only_networks_whose_weights_exceed_the_last_level_cac
     weights = from_relax(net.mod).weight_bytes()  # 3,232 bytes
     for llc in (1000, 10_000):  # below and above the network's weights
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / str(llc)))
-        oh.save_overhead(oh.OverheadCalibration(
-            device.device_id, 2, CallOverhead(0.0, 0.0, 0.0), oh.METHOD_VERSION,
-            "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5), (5e-7, 1e-5), 1e-8, {},
-            ColdWeights(llc, 2e-9, 2, 1, 1.0, 1.0)), device)
+        oh.save_overhead(replace(_cal(device.device_id), overhead=CallOverhead(0.0, 0.0, 0.0),
+                                 cold=ColdWeights(llc, 2e-9, 2, 1, 1.0, 1.0)), device)
         # overhead="auto": the device's calibration, cold weights included
         r = predict_network(StubEstimator(default_s=1e-5), net, device=device)
         extra = weights * 2e-9 if weights > llc else 0.0

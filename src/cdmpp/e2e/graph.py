@@ -172,8 +172,9 @@ def _gathered_params(prim_func) -> set[int]:
     return gathered
 
 
-def _weight_bytes(call, mod, tvm) -> int:
-    """Bytes of the constant arguments a `call_tir` reads in full."""
+def _weight_bytes(call, mod, tvm, gathered_of: dict) -> int:
+    """Bytes of the constant arguments a `call_tir` reads in full. `gathered_of`: callee name ->
+    its gathered parameters, filled as callees are met (a kernel is called many times)."""
     from tvm import relax
 
     args = call.args[1]
@@ -181,12 +182,14 @@ def _weight_bytes(call, mod, tvm) -> int:
     consts = [(i, a) for i, a in enumerate(args) if isinstance(a, tvm.ir.Constant)]
     if not consts:
         return 0
-    gathered: set[int] = set()
     callee = call.args[0]
-    if isinstance(mod, tvm.IRModule) and callee in mod.functions:
-        func = mod[callee]
-        if isinstance(func, tvm.tirx.PrimFunc):
-            gathered = _gathered_params(func)
+    if callee.name_hint not in gathered_of:
+        gathered_of[callee.name_hint] = set()
+        if isinstance(mod, tvm.IRModule) and callee in mod.functions:
+            func = mod[callee]
+            if isinstance(func, tvm.tirx.PrimFunc):
+                gathered_of[callee.name_hint] = _gathered_params(func)
+    gathered = gathered_of[callee.name_hint]
     return sum(_nbytes(a.ty.shape, a.ty.dtype) for i, a in consts if i not in gathered)
 
 
@@ -205,6 +208,7 @@ def from_relax(mod, func_name: str = "main") -> Graph:
         raise ValueError(f"{func_name} is not in A-normal form (its body is not a SeqExpr)")
     producers: dict = {}  # relax Var -> frozenset of node ids whose outputs it may hold
     nodes: list[Node] = []
+    gathered_of: dict[str, set[int]] = {}  # kernel -> parameters it gathers rows of
 
     def reads(expr) -> frozenset:
         ids: set = set()
@@ -220,7 +224,8 @@ def from_relax(mod, func_name: str = "main") -> Graph:
             if kind is None:  # tuple, tuple item, alias, constant, match_cast: data only
                 producers[binding.var] = inputs
                 continue
-            weights = _weight_bytes(value, mod, tvm) if kind[0] == "call_tir" else 0
+            weights = (_weight_bytes(value, mod, tvm, gathered_of) if kind[0] == "call_tir"
+                       else 0)
             node = Node(len(nodes), kind[1], tuple(sorted(inputs)), kind[0],
                         binding.var.name, weights)
             nodes.append(node)

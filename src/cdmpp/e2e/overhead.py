@@ -25,7 +25,7 @@ Stored as `<cache>/devices/<device_id>/overhead.json` beside that device's `devi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -129,8 +129,6 @@ def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None,
     with threads_for(device.threads):
         cal = _calibrate_overhead(device, lengths, protocol)
         if cold:
-            from dataclasses import replace
-
             from cdmpp.e2e.cold import measure_cold_weights
 
             cal = replace(cal, cold=measure_cold_weights(device, llc_bytes=cold_llc_bytes))

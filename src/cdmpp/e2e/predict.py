@@ -76,7 +76,7 @@ class E2EResult:
         was also timed inside the network, `in_network_replay_s` is the replay with those: the
         part of that gap the kernels account for (running slower in the network than alone)."""
         per_kernel = m.kernel_s()
-        in_network = m.in_network_s() if hasattr(m, "in_network_s") else {}
+        in_network = m.in_network_s()
         kernels = tuple(replace(k, measured_s=per_kernel.get(k.name),
                                 in_network_s=in_network.get(k.name)) for k in self.kernels)
         return replace(self, kernels=kernels, measured_s=m.latency_s, measurement=m,
