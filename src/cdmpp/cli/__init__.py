@@ -42,6 +42,16 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def model_help(default: str) -> str:
+    """--model's help for the commands that predict with a shipped or trained model; `default`
+    says which model is used when none is given."""
+    return ("default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained on the "
+            "Zen 4 and Zen 5 VMs' data, fitted for Zen 5), emeraldrapids (cdmpp trained on the "
+            "three CPUs' data, fitted for an Intel Xeon VM), xgb, ensemble (geometric mean of "
+            "cdmpp and XGBoost), or a model directory written by cdmpp train or cdmpp calibrate "
+            f"(default: {default})")
+
+
 def add_network_arguments(p) -> None:
     """--network NAME | --onnx FILE, and --batch: the network `cdmpp e2e` and `cdmpp tune` take."""
     from cdmpp.e2e.networks import NETWORKS

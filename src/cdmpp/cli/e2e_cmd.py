@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from cdmpp.cli import (add_network_arguments, import_network_argument, non_negative_int,
-                       positive_int)
+from cdmpp.cli import (add_network_arguments, import_network_argument, model_help,
+                       non_negative_int, positive_int)
 
 
 def add_parser(subparsers) -> None:
@@ -23,13 +23,8 @@ def add_parser(subparsers) -> None:
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
-                        "(cdmpp trained on the Zen 4 and Zen 5 VMs' data, fitted for Zen 5), "
-                        "emeraldrapids (cdmpp trained on the three CPUs' data, fitted for an Intel "
-                        "Xeon VM), xgb, "
-                        "ensemble (geometric mean of cdmpp and XGBoost), or a model directory "
-                        "written by cdmpp train or cdmpp calibrate (default: the shipped cdmpp model fitted for "
-                        "this machine's device, else default)")
+                   help=model_help("the shipped cdmpp model fitted for "
+                                   "this machine's device, else default"))
     p.add_argument("--measure", action="store_true",
                    help="also time the network with TVM's VM, and each kernel on its own and "
                         "inside the network")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cdmpp.cli import non_negative_int, positive_int
+from cdmpp.cli import model_help, non_negative_int, positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -16,13 +16,8 @@ def add_parser(subparsers) -> None:
                     "measured_latency_s. Lines that are not records, or whose features cannot "
                     "be extracted, are reported on stderr and skipped.")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 "
-                        "(cdmpp trained on the Zen 4 and Zen 5 VMs' data, fitted for Zen 5), "
-                        "emeraldrapids (cdmpp trained on the three CPUs' data, fitted for an Intel "
-                        "Xeon VM), xgb, "
-                        "ensemble (geometric mean of cdmpp and XGBoost), or a model directory "
-                        "written by cdmpp train or cdmpp calibrate (default: the shipped cdmpp model fitted for "
-                        "the databases' one device, else default)")
+                   help=model_help("the shipped cdmpp model fitted for "
+                                   "the databases' one device, else default"))
     p.add_argument("--db", action="append", default=None, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable; default: the "
                         "shipped sample data, held out from the shipped models' training)")
