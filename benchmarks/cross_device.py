@@ -1,7 +1,7 @@
 """Cross-device accuracy: leave one device out, all figures from one run.
 
     python benchmarks/cross_device.py --data DIR --data DIR ... [--holdout DEVICE_ID,...]
-        [--epochs N] [--ks 5,10,20] [--json out.json]
+        [--epochs N] [--ks 5,10,20] [--adapt cmd|mmd|cmd,mmd] [--json out.json]
 
 Every --data is one collection directory of one device (`cdmpp collect`, with
 `--programs-from` so every device measured the same programs). For each held-out device, only
@@ -11,7 +11,8 @@ every method). Training uses every record of the other devices, with their devic
 
 Methods, each scored on the held-out device's test tasks:
   zero-shot      the multi-device model, given the new device's vector
-  adaptation     trained with CMD towards the new device's unlabeled programs (pool + test)
+  adaptation     trained with CMD towards the new device's unlabeled programs (pool + test);
+                 adaptation-mmd the same with MMD (--adapt mmd or cmd,mmd)
   kmeans-k/random-k   zero-shot model fine-tuned (device encoder + head) on the held-out
                  device's records of k pool tasks chosen by KMeans over the model's task
                  embeddings, or at random
@@ -40,7 +41,7 @@ def _metrics(y, pred) -> dict:
 
 
 def run_holdout(store, samples, common, device: str, ks, epochs, seed: int,
-                adapt_weight: float) -> dict:
+                adapt_weight: float, adapt_kinds=("cmd",)) -> dict:
     """Train on every record of the other devices; calibrate and test on the held-out
     device's records of programs every device measured (`common`)."""
     from cdmpp.dataset.loader import labeled
@@ -79,10 +80,13 @@ def run_holdout(store, samples, common, device: str, ks, epochs, seed: int,
     unlabeled = ProgramSet(unlabeled.leaf_features + test.programs.leaf_features,
                            unlabeled.leaf_pos + test.programs.leaf_pos,
                            np.concatenate([unlabeled.device, test.programs.device]))
-    adapted = CDMPPRegressor(train_config=replace(config, adapt="cmd", adapt_weight=adapt_weight))
-    adapted.fit(train.programs, train.latency_s, unlabeled=unlabeled)
-    out["methods"]["adaptation"] = _metrics(test.latency_s, adapted.predict(test.programs))
-    log(f"{device}: adaptation {out['methods']['adaptation']}")
+    for kind in adapt_kinds:
+        name = "adaptation" if kind == "cmd" else f"adaptation-{kind}"
+        adapted = CDMPPRegressor(train_config=replace(config, adapt=kind,
+                                                      adapt_weight=adapt_weight))
+        adapted.fit(train.programs, train.latency_s, unlabeled=unlabeled)
+        out["methods"][name] = _metrics(test.latency_s, adapted.predict(test.programs))
+        log(f"{device}: {name} {out['methods'][name]}")
 
     z, names = task_embeddings(base, pool_data.programs, pool_data.programs.task)
     base_state = {k: v.clone() for k, v in base.net_.state_dict().items()}
@@ -149,11 +153,18 @@ def main() -> int:
     parser.add_argument("--ks", default="5,10,20")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--adapt-weight", type=float, default=0.1)
+    parser.add_argument("--adapt", default="cmd",
+                        help="adaptation distances, one row each: cmd, mmd or cmd,mmd "
+                             "(default: cmd; a full training each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
     args = parser.parse_args()
+    from cdmpp.cli import csv_list
     from cdmpp.features.build import open_store
 
+    kinds = csv_list(args.adapt)
+    if not kinds or set(kinds) - {"cmd", "mmd"}:
+        parser.error(f"--adapt takes cmd, mmd or cmd,mmd, not {args.adapt!r}")
     store = open_store(args.data, args.store)
     samples = store.samples(databases=args.data)
     common = same_programs(samples)
@@ -164,7 +175,7 @@ def main() -> int:
     holdouts = args.holdout.split(",") if args.holdout else devices
     ks = [int(k) for k in args.ks.split(",")]
     results = [run_holdout(store, samples, common, d, ks, args.epochs, args.seed,
-                           args.adapt_weight)
+                           args.adapt_weight, kinds)
                for d in holdouts]
     described = store.devices()
     for r in results:

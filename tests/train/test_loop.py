@@ -111,3 +111,30 @@ def test_domain_adaptation_pulls_target_embeddings_towards_the_source(kind):
     gap_plain = float(gap(_embedding(plain, train), _embedding(plain, target)))
     gap_adapted = float(gap(_embedding(adapted, train), _embedding(adapted, target)))
     assert gap_adapted < 0.7 * gap_plain
+
+
+def test_domain_distance_compares_random_batches_not_the_length_bucketed_training_batch(
+        monkeypatch):
+    """Training batches hold programs of about one leaf count; the source side of the domain
+    distance must be a random sample of the training programs, as the target side is, or the
+    two would differ in leaf count alone."""
+    import cdmpp.train.loop as loop
+
+    train, target = _programs(64, 0), _programs(32, 2, shift=1.5, labeled=False)
+    drawn = {"source": [], "target": []}
+    real = loop._embedding
+
+    def recording(net, data, rows):
+        drawn["source" if data is train else "target"].append(np.asarray(rows))
+        return real(net, data, rows)
+
+    monkeypatch.setattr(loop, "_embedding", recording)
+    config = TrainConfig(epochs=2, batch_size=16, warmup_epochs=1, threads=1, adapt="cmd")
+    train_network(_net(), train, None, config, make_loss("mse"), None, progress=False,
+                  unlabeled=target, n_epochs=config.epochs)
+    steps = 2 * len(train.features) // config.batch_size
+    assert len(drawn["source"]) == len(drawn["target"]) == steps
+    leaves = train.n_leaves
+    # a length-bucketed batch of 16 of these 64 programs spans at most two leaf counts
+    assert max(len(set(leaves[rows])) for rows in drawn["source"]) >= 3
+    assert all(len(rows) == 16 and len(set(rows)) == 16 for rows in drawn["target"])

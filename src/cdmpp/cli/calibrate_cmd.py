@@ -30,7 +30,9 @@ def add_parser(subparsers) -> None:
                    help="sampled programs measured per task, besides its default one "
                         "(default: %(default)s)")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
-                   help="domain adaptation towards every catalog task's default program here")
+                   help="domain adaptation towards every catalog task's default program here "
+                        "(off by default: in the leave-one-device-out runs it helped little, and "
+                        "CMD at weight 0.1 once made the model 3.6x worse; docs/cross_device.md)")
     p.add_argument("--adapt-weight", type=float, default=0.1,
                    help="weight of the --adapt distance in the loss (default: %(default)s)")
     p.add_argument("--epochs", type=positive_int, default=100,

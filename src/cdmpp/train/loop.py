@@ -98,6 +98,18 @@ def _save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
+def _random_rows(data: TrainData, size: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.choice(len(data.features), size=min(size, len(data.features)), replace=False)
+
+
+def _embedding(net, data: TrainData, rows) -> torch.Tensor:
+    """Program embeddings of `rows`, for the domain distance. Not the training batch's own:
+    training batches are `length_bucketed`, so theirs would differ from a random target batch
+    in leaf count alone, and the distance would push the embedding to forget it."""
+    x, p, m, _ = collate(data.features, data.positions, rows)
+    return net.program_embedding(x, p, m)
+
+
 def train_network(net, train: TrainData, val: TrainData | None, config: TrainConfig,
                   loss_fn: Callable, val_metrics: Callable[[np.ndarray], dict] | None,
                   checkpoint_dir: str | Path | None = None, progress: bool = True,
@@ -108,9 +120,9 @@ def train_network(net, train: TrainData, val: TrainData | None, config: TrainCon
     Without `val` (a refit, `TrainConfig.refit`), it trains for `n_epochs` epochs of the same
     learning-rate schedule, with no validation and no early stop, and keeps the last weights.
 
-    With `config.adapt` ("cmd" or "mmd"), every training batch is paired with a random batch of
-    `unlabeled` programs (of the target device) and the distance between the two batches'
-    program embeddings is added to the loss, weighted by `config.adapt_weight` (CDMPP's
+    With `config.adapt` ("cmd" or "mmd"), at every step the distance between the program
+    embeddings of a random batch of training programs and a random batch of `unlabeled`
+    programs (of the target device) is added to the loss, weighted by `config.adapt_weight` (CDMPP's
     cross-device domain adaptation). With `keep_initial` (fine-tuning), the starting weights
     compete in model selection too: fine-tuning never returns a model worse on validation.
     """
@@ -159,7 +171,7 @@ def train_network(net, train: TrainData, val: TrainData | None, config: TrainCon
                 group["lr"] = config.lr * factor
             x, p, m, d = collate(train.features, train.positions, rows, train.device)
             y = torch.from_numpy(train.target[rows].astype(np.float32))
-            pred, _, z = net(x, p, m, d, return_embedding=True)
+            pred, _ = net(x, p, m, d)
             w = (None if train.weight is None else
                  torch.from_numpy(train.weight[rows].astype(np.float32)))
             loss = loss_fn(pred, y, w)
@@ -167,10 +179,9 @@ def train_network(net, train: TrainData, val: TrainData | None, config: TrainCon
                 g = torch.from_numpy(train.group[rows])
                 loss = loss + config.rank_weight * pairwise_rank_loss(pred, y, g)
             if distance is not None:
-                picked = rng.choice(len(unlabeled.features), size=min(len(rows),
-                                    len(unlabeled.features)), replace=False)
-                xt, pt, mt, _ = collate(unlabeled.features, unlabeled.positions, picked)
-                loss = loss + config.adapt_weight * distance(z, net.program_embedding(xt, pt, mt))
+                loss = loss + config.adapt_weight * distance(
+                    _embedding(net, train, _random_rows(train, len(rows), rng)),
+                    _embedding(net, unlabeled, _random_rows(unlabeled, len(rows), rng)))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
