@@ -110,11 +110,9 @@ class CDMPPNet(nn.Module):
         """Program + device embedding (what the head reads)."""
         return self.with_device(self.program_embedding(features, positions, mask), device)
 
-    def forward(self, features, positions, mask, device=None, targets=None, loss_fn=None,
-                return_embedding: bool = False):
-        """Returns (prediction (B,) of the transformed target, loss or None), plus the program
-        embedding (without the device) when `return_embedding`."""
+    def forward(self, features, positions, mask, device=None, targets=None, loss_fn=None):
+        """Returns (prediction (B,) of the transformed target, loss or None)."""
         z = self.program_embedding(features, positions, mask)
         prediction = self.head(self.with_device(z, device)).squeeze(-1)  # (B,)
         loss = None if targets is None else loss_fn(prediction, targets)
-        return (prediction, loss, z) if return_embedding else (prediction, loss)
+        return prediction, loss

@@ -122,9 +122,10 @@ def train_network(net, train: TrainData, val: TrainData | None, config: TrainCon
 
     With `config.adapt` ("cmd" or "mmd"), at every step the distance between the program
     embeddings of a random batch of training programs and a random batch of `unlabeled`
-    programs (of the target device) is added to the loss, weighted by `config.adapt_weight` (CDMPP's
-    cross-device domain adaptation). With `keep_initial` (fine-tuning), the starting weights
-    compete in model selection too: fine-tuning never returns a model worse on validation.
+    programs (of the target device) is added to the loss, weighted by `config.adapt_weight`
+    (CDMPP's cross-device domain adaptation). With `keep_initial` (fine-tuning), the starting
+    weights compete in model selection too: fine-tuning never returns a model worse on
+    validation.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if config.rank_weight and train.group is None:
