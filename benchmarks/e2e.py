@@ -11,8 +11,8 @@ reference kernel, minimum). With `--kernels`, every kernel is also timed on its 
 replay of those timings is reported: its gap to the measured total is the replay's own error,
 separate from the model's; each kernel is also stamped inside the network (the VM's instrument
 hook), and the replay of those times (`replay(in net)`) tells how much of that gap is the
-kernels running slower there than alone. Several `--model`s are all compared with the same measurement; the
-first one fills the table's main columns, the others add an error column each.
+kernels running slower there than alone. Several `--model`s are all compared with the same
+measurement; the first one fills the table's main columns, the others add an error column each.
 With `--tuning-db`, the replay of the database's own timing of every kernel (`replay(db)`; no
 model, no new run) is reported too, and how far each model's prediction is from it (`vs db`):
 the model's error on the kernels alone, free of the run-to-run drift of a measured total.
@@ -100,7 +100,8 @@ def table(rows) -> str:
     else:
         key, show, unit = "predicted_s", _ms, " ms"
     head = (f"{'network':<14} {'batch':>5} {'predicted ms':>13} {'measured ms':>12} "
-            f"{'error':>8} {'replay(meas) ms':>16} {'replay(in net)':>14} {'replay(db) ms':>14} {'vs db':>8} "
+            f"{'error':>8} {'replay(meas) ms':>16} {'replay(in net)':>14} "
+            f"{'replay(db) ms':>14} {'vs db':>8} "
             f"{'pred time s':>11}" + "".join(f" {(m + unit)[-12:]:>12}" for m in others))
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -108,7 +109,7 @@ def table(rows) -> str:
         lines.append(f"{r['network']:<14} {r['batch']:>5} {_ms(r['predicted_s']):>13} "
                      f"{_ms(r['measured_s']):>12} {_pct(r['error_rel']):>8} "
                      f"{_ms(r['measured_kernels_replay_s']):>16} "
-                     f"{_ms(r.get('in_network_replay_s')):>14} "
+                     f"{_ms(r['in_network_replay_s']):>14} "
                      f"{_ms(r['database_replay_s']):>14} {_pct(first['vs_database_rel']):>8} "
                      f"{r['prediction_s']:>11.3f}"
                      + "".join(f" {show(r['by_model'][m][key]):>12}" for m in others))

@@ -243,7 +243,8 @@ def _measure_network(net, device, protocol, kernels, seed, executable,
 
     protocol = replace(protocol or Protocol(), memory_probe=True)
     exe = executable if executable is not None else net.build()
-    programs = [("__network__", VMProgram(exe, random_inputs(net.mod, seed)), [])]
+    inputs = random_inputs(net.mod, seed)  # timed whole, then profiled call by call
+    programs = [("__network__", VMProgram(exe, inputs), [])]
     failed: dict[str, str] = {}
     if kernels:
         from cdmpp.e2e.kernels import kernel_module
@@ -281,7 +282,7 @@ def _measure_network(net, device, protocol, kernels, seed, executable,
     if kernels:
         runs = max(1, min(IN_NETWORK_RUNS, int(IN_NETWORK_BUDGET_S / network.latency_s)))
         # a network slower than the budget (untuned, seconds a kernel) skips the warm-up run
-        in_network = profile_in_network(exe, random_inputs(net.mod, seed),
+        in_network = profile_in_network(exe, inputs,
                                         [k.name for k in net.kernels], runs=runs,
                                         warm_up=network.latency_s < IN_NETWORK_BUDGET_S)
     return NetworkMeasurement(net.name, net.batch, device.device_id, device.threads, network,
