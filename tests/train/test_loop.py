@@ -11,8 +11,8 @@ from cdmpp.model.adaptation import distance
 from cdmpp.model.config import ModelConfig, TrainConfig
 from cdmpp.model.losses import make_loss
 from cdmpp.model.transformer import CDMPPNet
-from cdmpp.train.batches import collate
 from cdmpp.train.loop import TrainData, predict_network, train_network
+from cdmpp.train.loop import _embedding as loop_embedding
 
 N_FEATURES = 6
 TINY = ModelConfig(n_features=N_FEATURES, stride_alignment=False, d_model=16, n_heads=2,
@@ -46,10 +46,10 @@ def _net(seed: int = 0) -> CDMPPNet:
 
 
 def _embedding(net, data: TrainData) -> torch.Tensor:
+    """Every program's embedding, as the loop's domain distance computes it, in eval mode."""
     net.eval()
     with torch.no_grad():
-        x, p, m, _ = collate(data.features, data.positions, range(len(data.features)))
-        return net.program_embedding(x, p, m)
+        return loop_embedding(net, data, range(len(data.features)))
 
 
 def test_early_stopping_stops_after_patience_and_keeps_the_best_validation_epoch():
