@@ -161,10 +161,16 @@ def main() -> int:
     args = parser.parse_args()
     from cdmpp.cli import csv_list
     from cdmpp.features.build import open_store
+    from cdmpp.model.adaptation import distance
 
     kinds = csv_list(args.adapt)
-    if not kinds or set(kinds) - {"cmd", "mmd"}:
-        parser.error(f"--adapt takes cmd, mmd or cmd,mmd, not {args.adapt!r}")
+    try:  # refused before hours of training, by the same lookup training uses
+        if not kinds:
+            raise ValueError("no distance given")
+        for kind in kinds:
+            distance(kind)
+    except ValueError as e:
+        parser.error(f"--adapt {args.adapt!r}: {e}")
     store = open_store(args.data, args.store)
     samples = store.samples(databases=args.data)
     common = same_programs(samples)
