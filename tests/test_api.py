@@ -222,3 +222,23 @@ def test_predict_network_applies_the_tuning_database(stored_overhead, tmp_path):
     with pytest.warns(UserWarning, match="timed on device 0123456789abcdef, not on this one"):
         cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
                               tuning_db=tmp_path / "db")
+
+
+def test_predict_programs_passes_default_flags_to_the_model(sample_programs):
+    _, records, programs = sample_programs
+    target = records[0].target
+
+    class Recorder(FixedEstimator):
+        def predict(self, given):
+            self.default = given.default
+            return super().predict(given)
+
+    model = Recorder()
+    cdmpp.predict_programs(programs[:2], model=model, target=target)
+    np.testing.assert_array_equal(model.default, [False, False])  # scheduled, unless told
+    cdmpp.predict_programs(programs[:2], model=model, target=target, default=[True, False])
+    np.testing.assert_array_equal(model.default, [True, False])
+    cdmpp.predict_programs(programs[:1], model=model, target=target, default=True)
+    np.testing.assert_array_equal(model.default, [True])
+    with pytest.raises(ValueError, match=r"one flag or one per program \(2\), got 3"):
+        cdmpp.predict_programs(programs[:2], model=model, target=target, default=[True] * 3)

@@ -219,3 +219,30 @@ def test_a_model_that_is_not_cdmpp_is_refused_by_name():
     mixed = EnsembleRegressor.from_fitted([CDMPPRegressor(), XGBBaseline()])
     with pytest.raises(ValueError, match="'ensemble' is or holds another kind: XGBBaseline$"):
         cdmpp_members(mixed, "ensemble")
+
+
+def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):
+    """The expert is not fine-tuned: calibrating for the device it was fitted for keeps it,
+    for another device (or one the model cannot tell) the calibrated model does without."""
+    from types import SimpleNamespace
+
+    import cdmpp.calibrate as cal
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    member = CDMPPRegressor()
+    expert = SimpleNamespace(device_vector_=np.array([2.0, 1.0]))
+    base = DefaultExpertRegressor.from_fitted(member, expert)
+    assert cal.cdmpp_members(base, "base") == [member]
+
+    monkeypatch.setattr(cal, "fine_tune_members", lambda *a, **k: None)  # the plumbing only
+    config = CalibrateConfig(out="unused", fine_tunes=1)
+    same = cal.fine_tuned_model(base, [member], None, None, config, vector=[2.0, 1.0])
+    assert isinstance(same, DefaultExpertRegressor) and same.expert_ is expert
+    assert isinstance(same.model_, CDMPPRegressor) and same.model_ is not member  # a copy
+    logs = []
+    for vector in ([4.0, 1.0], None):
+        other = cal.fine_tuned_model(base, [member], None, None, config, vector=vector,
+                                     log=logs.append)
+        assert isinstance(other, CDMPPRegressor)
+    assert len(logs) == 2 and "fitted for another device" in logs[0]

@@ -55,7 +55,9 @@ def _check_static_shapes(program, i: int) -> None:
                                  "bind its sizes before predicting it")
 
 
-def _programs_as_kernels(programs):
+def _programs_as_kernels(programs, default=False):
+    import numpy as np
+
     from cdmpp.e2e.kernels import Kernel
     from cdmpp.tvm_env import import_tvm
 
@@ -64,6 +66,11 @@ def _programs_as_kernels(programs):
 
     if isinstance(programs, (tvm.tirx.PrimFunc, tvm.IRModule, s_tir.Schedule)):
         programs = [programs]
+    programs = list(programs)
+    flags = [default] * len(programs) if np.ndim(default) == 0 else list(default)
+    if len(flags) != len(programs):
+        raise ValueError(f"default must be one flag or one per program ({len(programs)}), "
+                         f"got {len(flags)}")
     kernels = []
     for i, program in enumerate(programs):
         if isinstance(program, s_tir.Schedule):
@@ -72,21 +79,24 @@ def _programs_as_kernels(programs):
             raise TypeError(f"program {i} is a {type(program).__name__}; expected a TIR "
                             "PrimFunc, an IRModule holding one, or a Schedule")
         _check_static_shapes(program, i)
-        kernels.append(Kernel(f"program {i}", 1, program))
+        kernels.append(Kernel(f"program {i}", 1, program, default=bool(flags[i])))
     return kernels
 
 
-def predict_programs(programs, *, model=None, target=None):
+def predict_programs(programs, *, model=None, target=None, default=False):
     """Predicted seconds (float64 array, one per program) of TIR programs: PrimFuncs (scheduled,
     default or a network's fused kernel), IRModules holding one PrimFunc, or Schedules.
-    `target`: what they are compiled for (default: this machine). A program that cannot be
-    featurized is an error naming its index."""
+    `target`: what they are compiled for (default: this machine). `default`: True (for all, or
+    one flag per program) where a program is its task's default, unscheduled PrimFunc, as
+    TVM's default pipeline builds it: a model with a default-program expert
+    (`model.default_expert`) blends the expert in there. A program that cannot be featurized
+    is an error naming its index."""
     import numpy as np
 
     from cdmpp.e2e.predict import predict_kernels
     from cdmpp.model.registry import for_device
 
-    kernels = _programs_as_kernels(programs)  # bad input fails before a model is loaded
+    kernels = _programs_as_kernels(programs, default)  # bad input fails before a model loads
     if target is None or model is None:
         from cdmpp.device import local_device
 

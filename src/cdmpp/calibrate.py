@@ -119,10 +119,14 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
 def cdmpp_members(model, name) -> list:
     """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
     (e.g. the shipped default, three seeds). Each is fine-tuned; the first's embeddings choose
-    the tasks."""
+    the tasks. A default-program expert beside them (`model.default_expert`) is not
+    fine-tuned (`fine_tuned_model` keeps it only for the device it was fitted for)."""
+    from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
 
+    if isinstance(model, DefaultExpertRegressor):
+        model = model.model_
     members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
     bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
     if bad:
@@ -135,18 +139,36 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
                      unlabeled=None, log=None, progress: bool = True):
     """The calibrated model: `config.fine_tunes` fine-tuned copies of each of `members` (the
     CDMPP members of `base`, which stay untouched), in member order, each copy with its
-    member's ensemble weight; a single copy is itself."""
+    member's ensemble weight; a single copy is itself. A default-program expert of `base` is
+    kept when it was fitted for this device (its device vector is `vector`), else dropped: its
+    trees know the default programs of the device it was fitted on, not this one."""
+    import numpy as np
+
+    from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.ensemble import EnsembleRegressor
 
+    expert = None
+    if isinstance(base, DefaultExpertRegressor):
+        base, expert = base.model_, base
     copies = [copy.deepcopy(m) for m in members for _ in range(config.fine_tunes)]
     fine_tune_members(copies, programs, latency_s, config, vector, unlabeled=unlabeled,
                       log=log, progress=progress)
-    if len(copies) == 1:
-        return copies[0]
-    weights = None
-    if isinstance(base, EnsembleRegressor):
-        weights = [w for w in base.weights_ for _ in range(config.fine_tunes)]
-    return EnsembleRegressor.from_fitted(copies, weights)
+    model = copies[0]
+    if len(copies) > 1:
+        weights = None
+        if isinstance(base, EnsembleRegressor):
+            weights = [w for w in base.weights_ for _ in range(config.fine_tunes)]
+        model = EnsembleRegressor.from_fitted(copies, weights)
+    if expert is None:
+        return model
+    fitted_for = getattr(expert.expert_, "device_vector_", None)
+    if vector is not None and fitted_for is not None and np.array_equal(
+            np.asarray(fitted_for, dtype=np.float64), np.asarray(vector, dtype=np.float64)):
+        return DefaultExpertRegressor.from_fitted(model, expert.expert_, expert.expert_weight_)
+    if log:
+        log("the base model's default-program expert was fitted for another device: the "
+            "calibrated model does without it")
+    return model
 
 
 def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vector,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -271,6 +271,8 @@ def predict_databases(estimator, dbs, *, store: str | Path | None = None,
         table = pa.Table.from_pylist(_sample_rows([r for _, r, _ in todo], [k for _, _, k in todo]),
                                      schema=schema())
         programs = programs_for_rows(fs, table, np.arange(len(todo)))
+        # the tasks' default programs, for a model with a default-program expert
+        programs = replace(programs, default=np.array([rec.is_default for _, rec, _ in todo]))
         latency_s = np.asarray(estimator.predict(programs), dtype=np.float64)
         if latency_s.shape != (len(todo),):
             raise RuntimeError(f"the model returned {latency_s.shape} predictions for "

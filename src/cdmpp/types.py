@@ -143,6 +143,12 @@ class ProgramRecord:
     def latency_s(self) -> float | None:
         return self.measurement.latency_s if self.measurement else None
 
+    @property
+    def is_default(self) -> bool:
+        """The task's default (untuned) program, the one TVM runs without tuning: the collector
+        marks it `kind: default`, and its trace is empty (no schedule instruction)."""
+        return self.meta.get("kind") == "default" or not (self.trace_json or [[]])[0]
+
     def to_json_line(self) -> str:
         """The record's line in TVM's `database_tuning_record.json` format."""
         run_secs = list(self.measurement.run_secs) if self.measurement else None

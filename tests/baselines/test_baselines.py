@@ -123,3 +123,31 @@ def test_bad_labels_and_unknown_name(data):
         MLPBaseline().fit(train, y_train[:-1])
     with pytest.raises(ValueError, match="unknown baseline"):
         make_baseline("svm")
+
+
+def test_xgb_sample_weight_changes_the_fit_and_is_checked():
+    train, y = synthetic(200, seed=3)
+    plain = XGBBaseline(**FAST["xgb"]).fit(train, y)
+    heavy = np.where(np.arange(200) < 20, 50.0, 1.0)
+    weighted = XGBBaseline(**FAST["xgb"]).fit(train, y, sample_weight=heavy)
+    first = train.subset(np.arange(20))
+    # weighting the first 20 programs 50x fits them closer than the unweighted fit does
+    assert mape(y[:20], weighted.predict(first)) < mape(y[:20], plain.predict(first))
+    with pytest.raises(ValueError, match="one value per program"):
+        XGBBaseline(**FAST["xgb"]).fit(train, y, sample_weight=np.ones(3))
+
+
+def test_xgb_fitted_for_one_device_predicts_it_without_device_vectors(tmp_path):
+    train, y = synthetic(300, device_dim=4, seed=4)
+    model = XGBBaseline(**FAST["xgb"]).fit(train, y)
+    plain = ProgramSet(train.leaf_features, train.leaf_pos)
+    with pytest.raises(ValueError, match="device vectors"):
+        model.predict(plain)  # no device known yet
+    model.device_vector_ = train.device[0].astype(np.float64)
+    on_it = train.with_device(train.device[0])
+    np.testing.assert_array_equal(model.predict(plain), model.predict(on_it))
+    model.save(tmp_path / "m")
+    loaded = XGBBaseline.load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.device_vector_, model.device_vector_)
+    np.testing.assert_array_equal(loaded.predict(plain), model.predict(plain))
+    assert not hasattr(loaded.fit(train, y), "device_vector_")  # a new fit: no device yet

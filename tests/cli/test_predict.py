@@ -224,3 +224,25 @@ def test_predictions_that_are_not_a_latency_are_called_out():
     broken = PredictionResult([row(0, 1.1e-3), row(1, float("nan")), row(2, 0.0)], databases=1)
     assert "WARNING: 2 predictions are not a positive finite latency" in broken.summary()
     assert broken.metrics()["n"] == 1
+
+
+def test_default_programs_are_flagged_for_the_model(tmp_path):
+    """A database's default (empty-trace) records reach the model flagged as such
+    (`ProgramSet.default`), for a model with a default-program expert."""
+    import cdmpp.predict as predict
+
+    db = shutil.copytree(FIXTURES / "dense_64x768x768", tmp_path / "dense")
+    lines = (db / RECORD_FILE).read_text().splitlines()
+    default = json.loads(lines[1])
+    default[1][0] = [[], []]  # an empty trace: what the collector writes for `kind: default`
+    (db / RECORD_FILE).write_text("\n".join(lines + [json.dumps(default)]) + "\n")
+
+    class Recorder:
+        def predict(self, programs):
+            self.default = programs.default
+            return np.full(len(programs), 1e-3)
+
+    model = Recorder()
+    result = predict.predict_databases(model, [str(db)], store=tmp_path / "store", workers=1)
+    flagged = [p.record_index for p, f in zip(result.predictions, model.default) if f]
+    assert flagged == [len(lines)] and len(result.predictions) == len(lines) + 1

@@ -273,3 +273,62 @@ def test_device_weight_weights_the_for_device_records_only(tmp_path, fit_calls, 
                               "--device-weight", bad]) == 2
         assert "finite weight > 0" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def _with_default_program(src: Path, dst: Path) -> Path:
+    """A copy of a fixture database plus its task's default program: the first record again,
+    with an empty trace (what the collector writes for `kind: default`) and a label of its own."""
+    db = shutil.copytree(src, dst)
+    record_file = db / "database_tuning_record.json"
+    lines = record_file.read_text().splitlines()
+    default = json.loads(lines[0])
+    default[1][0] = [[], []]
+    default[1][1] = [3 * t for t in default[1][1]]
+    record_file.write_text("\n".join(lines + [json.dumps(default)]) + "\n")
+    return db
+
+
+def test_default_expert_is_fitted_on_default_programs_and_joins_only_there(tmp_path, capsys):
+    import numpy as np
+
+    from cdmpp.dataset.loader import default_program_mask, labeled
+    from cdmpp.features.store import FeatureStore
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.registry import load_estimator
+
+    dbs = [_with_default_program(FIXTURES / name, tmp_path / name)
+           for name in ("dense_64x768x768", "softmax_12x64x64")]
+    common = ["train", "--data", str(dbs[0]), "--data", str(dbs[1]), "--store",
+              str(tmp_path / "store"), "--epochs", "1", "--workers", "1"]
+    assert main(common + ["--out", str(tmp_path / "m"), "--default-expert"]) == 0
+    meta = json.loads((tmp_path / "m" / "estimator.json").read_text())
+    assert meta["kind"] == "default_expert"
+    assert meta["trained_on"]["default_expert"] == {"records": 2, "expert_weight": 0.5}
+
+    model = load_estimator(tmp_path / "m")
+    assert isinstance(model, DefaultExpertRegressor)
+    store = FeatureStore(tmp_path / "store")
+    samples = store.samples()
+    rows = np.arange(samples.num_rows)
+    flags = default_program_mask(samples, rows)
+    assert flags.sum() == 2
+    from dataclasses import replace
+
+    programs = replace(labeled(store, samples, rows).programs, default=flags)
+    alone = model.model_.predict(programs)
+    expert = model.expert_.predict(programs)
+    got = model.predict(programs)
+    np.testing.assert_array_equal(got[~flags], alone[~flags])  # sampled programs: the model
+    np.testing.assert_allclose(got[flags], np.sqrt(alone[flags] * expert[flags]))
+    assert not np.allclose(got[flags], alone[flags])
+    # flags unknown: the model alone
+    np.testing.assert_array_equal(model.predict(replace(programs, default=None)), alone)
+
+
+def test_default_expert_refuses_data_without_default_programs_before_training(
+        tmp_path, capsys, fit_calls):
+    db = shutil.copytree(FIXTURES / "dense_64x768x768", tmp_path / "dense_64x768x768")
+    assert main(["train", "--data", str(db), "--store", str(tmp_path / "store"), "--epochs", "1",
+                 "--workers", "1", "--out", str(tmp_path / "m"), "--default-expert"]) == 2
+    assert "default program(s), it needs at least 2" in capsys.readouterr().err
+    assert not fit_calls and not (tmp_path / "m").exists()

@@ -132,6 +132,13 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
     tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
     assert [(k.name, k.tuned) for k in tuned.kernels] == [(kernel.name, True),
                                                           (untuned.kernels[1].name, False)]
+    # what runs unscheduled is its task's default program (a default-program expert's input)
+    assert [k.default for k in untuned.kernels] == [True, True]
+    assert [k.default for k in tuned.kernels] == [False, True]
+    from cdmpp.e2e.predict import kernel_programs
+
+    programs, rows = kernel_programs(tuned.kernels, device.target)
+    assert [bool(programs.default[rows[k.name]]) for k in tuned.kernels] == [False, True]
     assert FOR_PARALLEL in extract(tuned.kernels[0].func, device.target).node_kind
     assert FOR_PARALLEL not in extract(kernel.func, device.target).node_kind
     tuned.build()  # the tuned module compiles

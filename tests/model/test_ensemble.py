@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_helpers import Constant as _Constant
+from model_helpers import random_programs as _programs
 
 from cdmpp.baselines.xgb import XGBBaseline
-from cdmpp.dataset.programs import ProgramSet
 from cdmpp.model.ensemble import EnsembleRegressor
 from cdmpp.model.registry import load_estimator, save_estimator
-
-
-def _programs(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    feats = tuple(rng.random((int(k), 164), dtype=np.float32) for k in rng.integers(1, 6, n))
-    programs = ProgramSet(feats, tuple(np.arange(len(f), dtype=np.int32) for f in feats))
-    return programs, np.exp(programs.summed()[:, 0] / 10) * 1e-4
-
-
-class _Constant:
-    """A fitted stand-in predicting one latency for every program."""
-
-    def __init__(self, latency_s):
-        self.latency_s = latency_s
-
-    def predict(self, programs):
-        return np.full(len(programs), self.latency_s)
 
 
 def test_prediction_is_the_weighted_geometric_mean():

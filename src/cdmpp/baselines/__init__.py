@@ -42,6 +42,19 @@ def check_latency(y, n: int) -> np.ndarray:
     return y
 
 
+def check_weight(weight, n: int) -> np.ndarray | None:
+    """Per-sample loss weights as float64 (n,), or None; a clear error for bad ones."""
+    if weight is None:
+        return None
+    weight = np.asarray(weight, dtype=np.float64)
+    if weight.shape != (n,):
+        raise ValueError(f"sample_weight must have one value per program ({n}), "
+                         f"not shape {weight.shape}")
+    if not np.all(np.isfinite(weight)) or np.any(weight < 0) or not np.any(weight > 0):
+        raise ValueError("sample_weight must be finite, non-negative and not all zero")
+    return weight
+
+
 class BaselineMixin(ParamsMixin):
     """Shared plumbing: input checks that match what `fit` saw, `score`, sklearn's
     `get_params` / `set_params` (the keyword arguments of `__init__`, saved with the model)."""
@@ -57,6 +70,7 @@ class BaselineMixin(ParamsMixin):
         x = program_vectors(programs)
         self.n_features_in_ = int(x.shape[1])
         self.has_device_ = programs.device is not None
+        self.__dict__.pop("device_vector_", None)  # a new fit is for no device until told
         return x
 
     def _inputs(self, programs) -> np.ndarray:
@@ -64,6 +78,9 @@ class BaselineMixin(ParamsMixin):
         from cdmpp.dataset.programs import check_programs
 
         check_programs(programs)  # first: a numpy array has a `device` attribute too
+        vector = getattr(self, "device_vector_", None)
+        if programs.device is None and self.has_device_ and vector is not None:
+            programs = programs.with_device(vector)  # fitted for one device: that one
         if (programs.device is not None) != self.has_device_:
             need = "with" if self.has_device_ else "without"
             raise ValueError(f"this model was fitted on programs {need} device vectors")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.baselines import BaselineMixin, check_latency
+from cdmpp.baselines import BaselineMixin, check_latency, check_weight
 
 _FORMAT = 1  # bump when the saved layout changes
 
@@ -24,7 +24,9 @@ class XGBBaseline(BaselineMixin):
     20k programs of 164 features on one busy core; depth 8 doubled the time and generalized
     worse on synthetic data. Row and column subsampling (0.8) regularize and cut the time
     per round. `nthread=None` lets XGBoost use every core. With `early_stopping_rounds`,
-    `fit` needs an `eval_set` and prediction uses the best round.
+    `fit` needs an `eval_set` and prediction uses the best round. Fitted on programs with
+    device vectors, `device_vector_` (set after `fit`, saved) makes programs without them mean
+    that device, as `CDMPPRegressor.device_vector_` does.
     """
 
     _fitted_attr = "booster_"
@@ -54,15 +56,18 @@ class XGBBaseline(BaselineMixin):
             params["nthread"] = self.nthread
         return params
 
-    def fit(self, programs, y, eval_set=None) -> "XGBBaseline":
-        """programs: ProgramSet; y: latency in seconds; eval_set: (ProgramSet, y) or None."""
+    def fit(self, programs, y, eval_set=None, sample_weight=None) -> "XGBBaseline":
+        """programs: ProgramSet; y: latency in seconds; eval_set: (ProgramSet, y) or None;
+        sample_weight: (n,) non-negative weight of each program in the loss, or None."""
         import xgboost as xgb
 
         y = check_latency(y, len(programs))
+        weight = check_weight(sample_weight, len(programs))
         if self.early_stopping_rounds and eval_set is None:
             raise ValueError("early_stopping_rounds needs an eval_set=(programs, y)")
         x = self._remember_inputs(programs)
-        train = xgb.DMatrix(x, label=self._log_target(programs, y), nthread=self.nthread or -1)
+        train = xgb.DMatrix(x, label=self._log_target(programs, y), weight=weight,
+                            nthread=self.nthread or -1)
         evals = []
         if eval_set is not None:
             ex = self._inputs(eval_set[0])
@@ -106,6 +111,9 @@ class XGBBaseline(BaselineMixin):
         meta = {"kind": "xgb", "format": _FORMAT, "params": self.get_params(),
                 "n_features_in_": self.n_features_in_, "has_device_": self.has_device_,
                 "best_iteration_": self.best_iteration_}
+        vector = getattr(self, "device_vector_", None)
+        if vector is not None:  # fitted for one device (`BaselineMixin._inputs`)
+            meta["device_vector_"] = np.asarray(vector, dtype=np.float64).tolist()
         (path / "params.json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -129,5 +137,7 @@ class XGBBaseline(BaselineMixin):
         model.n_features_in_ = int(meta["n_features_in_"])
         model.has_device_ = bool(meta["has_device_"])
         model.best_iteration_ = int(meta["best_iteration_"])
+        if meta.get("device_vector_") is not None:
+            model.device_vector_ = np.asarray(meta["device_vector_"], dtype=np.float64)
         return model
 

@@ -47,9 +47,9 @@ def model_help(default: str) -> str:
     says which model is used when none is given."""
     return ("default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained on the "
             "Zen 4 and Zen 5 VMs' data, fitted for Zen 5), emeraldrapids (cdmpp trained on the "
-            "three CPUs' data, fitted for an Intel Xeon VM), xgb, ensemble (geometric mean of "
-            "cdmpp and XGBoost), or a model directory written by cdmpp train or cdmpp calibrate "
-            f"(default: {default})")
+            "three CPUs' data, fitted for an Intel Xeon VM, with an expert for default "
+            "programs), xgb, ensemble (geometric mean of cdmpp and XGBoost), or a model "
+            f"directory written by cdmpp train or cdmpp calibrate (default: {default})")
 
 
 def add_network_arguments(p) -> None:

@@ -54,6 +54,11 @@ def add_parser(subparsers) -> None:
                    help="train K models (seeds S..S+K-1) and save their geometric-mean "
                         "ensemble: K times the training time, lower error on held-out "
                         "networks; the shipped default is K=3 (docs/model.md)")
+    t.add_argument("--default-expert", action="store_true",
+                   help="also fit XGBoost on latency per work on the tasks' default (untuned) "
+                        "programs alone, and blend it in (geometric mean) wherever a default "
+                        "program is predicted: an untuned network's kernels (docs/model.md, "
+                        "\"An expert for default programs\")")
     t.set_defaults(run=run_train)
     e = subparsers.add_parser("eval", help="train cdmpp and the baselines on a split; compare")
     _common(e)
@@ -125,9 +130,15 @@ def run_train(args) -> int:
         split, train_rows, test_rows = None, np.arange(samples.num_rows), np.zeros(0, np.int64)
     train = labeled(store, samples, train_rows, with_device=with_device)
     checkpoints = Path(args.out).with_name(Path(args.out).name + ".partial")
+    is_default = (default_program_mask(samples, train_rows)
+                  if args.default_weight != 1.0 or args.default_expert else None)
+    if args.default_expert and is_default.sum() < 2:  # before hours of training, not after
+        raise ValueError(f"--default-expert: the training records hold {int(is_default.sum())} "
+                         "default program(s), it needs at least 2 (the collector times each "
+                         "task's default program)")
     weight = None
     if args.default_weight != 1.0:
-        weight = np.where(default_program_mask(samples, train_rows), args.default_weight, 1.0)
+        weight = np.where(is_default, args.default_weight, 1.0)
     if args.device_weight != 1.0:
         on_device = np.asarray(samples.column("device_id").to_pylist())[train_rows] == device_id
         weight = (1.0 if weight is None else weight) * np.where(on_device, args.device_weight, 1.0)
@@ -151,6 +162,10 @@ def run_train(args) -> int:
                   "seeds": list(seeds),
                   "device_id": device_id,
                   "split": split.name if split else None}
+    if args.default_expert:
+        model = _with_default_expert(model, train, is_default, weight, vector)
+        trained_on["default_expert"] = {"records": int(is_default.sum()),
+                                        "expert_weight": model.expert_weight_}
     if with_device:
         trained_on["devices"] = {device: c["records"]
                                  for device, c in device_counts(samples).items()}
@@ -161,9 +176,30 @@ def run_train(args) -> int:
     print(f"saved {args.out} (trained on {len(train_rows)} records)")
     if len(test_rows):
         test = labeled(store, samples, test_rows, with_device=with_device)
-        result = summary(test.latency_s, model.predict(test.programs), test.programs.task)
+        programs = test.programs
+        if args.default_expert:  # the expert joins on the test side's default programs
+            programs = replace(programs, default=default_program_mask(samples, test_rows))
+        result = summary(test.latency_s, model.predict(programs), programs.task)
         print(_table_row(f"test side of {split.name} ({len(test_rows)} records)", result))
     return 0
+
+
+def _with_default_expert(model, train, is_default, weight, vector):
+    """`model` joined by XGBoost per work fitted on the default programs of `train` (same
+    weights; for the device `vector` when the training had device vectors)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from cdmpp.model.default_expert import DefaultExpertRegressor, fit_default_expert
+
+    print(f"fitting the default-program expert on {int(is_default.sum())} records",
+          file=sys.stderr)
+    expert = fit_default_expert(replace(train.programs, default=is_default), train.latency_s,
+                                sample_weight=weight)
+    if vector is not None:
+        expert.device_vector_ = np.asarray(vector, dtype=np.float64)
+    return DefaultExpertRegressor.from_fitted(model, expert)
 
 
 def run_eval(args) -> int:

@@ -78,5 +78,5 @@ def default_program_mask(samples, rows=None) -> np.ndarray:
     defaults = {}
     for db in sorted({dbs[i] for i in rows}):
         defaults[db] = {r.record_index for r in load_database(db, strict=False).records
-                        if r.meta.get("kind") == "default" or not (r.trace_json or [[]])[0]}
+                        if r.is_default}
     return np.array([int(index[i]) in defaults[dbs[i]] for i in rows], dtype=bool)

@@ -25,12 +25,19 @@ class ProgramSet:
     leaf_pos: tuple  # n arrays, each int32 (n_i,)
     device: np.ndarray | None = None  # float32 (n, D) device vectors, or None (one device)
     task: tuple | None = None  # n task names (for per-task metrics), or None
+    # bool (n,): True where a program is its task's default (untuned) schedule, the one TVM
+    # builds without tuning (`ProgramRecord.is_default`, a network's untuned kernels); None:
+    # not known. Read by models with a default-program expert (model.default_expert).
+    default: np.ndarray | None = None
 
     def __post_init__(self):
         if len(self.leaf_features) != len(self.leaf_pos):
             raise ValueError("leaf_features and leaf_pos must have one entry per program")
         if self.device is not None and len(self.device) != len(self.leaf_features):
             raise ValueError("device must have one row per program")
+        if self.default is not None and np.shape(self.default) != (len(self.leaf_features),):
+            raise ValueError(f"default must hold one flag per program ({len(self)}), got "
+                             f"shape {np.shape(self.default)}")
 
     def __len__(self) -> int:
         return len(self.leaf_features)
@@ -40,13 +47,14 @@ class ProgramSet:
         return ProgramSet(tuple(self.leaf_features[i] for i in rows),
                           tuple(self.leaf_pos[i] for i in rows),
                           None if self.device is None else self.device[rows],
-                          None if self.task is None else tuple(self.task[i] for i in rows))
+                          None if self.task is None else tuple(self.task[i] for i in rows),
+                          None if self.default is None else np.asarray(self.default)[rows])
 
     def with_device(self, vector) -> "ProgramSet":
         """The same programs, all on the device `vector` (None: no device vectors)."""
         tiled = None if vector is None else np.tile(np.asarray(vector, dtype=np.float32),
                                                     (len(self), 1))
-        return ProgramSet(self.leaf_features, self.leaf_pos, tiled, self.task)
+        return ProgramSet(self.leaf_features, self.leaf_pos, tiled, self.task, self.default)
 
     @property
     def n_features(self) -> int:

@@ -38,6 +38,9 @@ class Kernel:
     # with a tuning database: the PrimFunc before the database was applied (the workload the
     # database knows it by); None without one
     untuned_func: object = field(default=None, compare=False, repr=False)
+    # the PrimFunc as TVM's default pipeline leaves it, no schedule applied: its task's default
+    # program (`ProgramRecord.is_default`), which a default-program expert joins in predicting
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,8 @@ def lower_network(mod, target, *, tuning_db=None, name: str = "network",
     fused, replaced, before = _fuse(mod, target, database)
     funcs = {gv.name_hint: f for gv, f in fused.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc)}
-    kernels = tuple(Kernel(kname, calls, funcs[kname], kname in replaced, before.get(kname))
+    kernels = tuple(Kernel(kname, calls, funcs[kname], kname in replaced, before.get(kname),
+                           default=kname not in replaced)
                     for kname, calls in call_counts(fused).items())
     db_name = None if tuning_db is None else (
         str(tuning_db) if isinstance(tuning_db, (str, os.PathLike)) else type(tuning_db).__name__)

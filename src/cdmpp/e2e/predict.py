@@ -130,7 +130,8 @@ class E2EResult:
 
 def kernel_programs(kernels, target):
     """(ProgramSet of the distinct kernels, kernel name -> row). Structurally equal PrimFuncs
-    share a row. Raises RuntimeError naming a kernel that cannot be featurized."""
+    share a row; a row is flagged default (`ProgramSet.default`) when its kernel is
+    (`Kernel.default`). Raises RuntimeError naming a kernel that cannot be featurized."""
     import tvm_ffi
 
     from cdmpp.dataset.programs import ProgramSet
@@ -138,7 +139,7 @@ def kernel_programs(kernels, target):
 
     rows: dict[str, int] = {}
     by_hash: dict[int, int] = {}
-    feats, pos, names = [], [], []
+    feats, pos, names, default = [], [], [], []
     for k in kernels:
         h = tvm_ffi.structural_hash(k.func)
         if h not in by_hash:
@@ -151,8 +152,10 @@ def kernel_programs(kernels, target):
             feats.append(ast.leaf_features)
             pos.append(ast.leaf_pos)
             names.append(k.name)
+            default.append(k.default)
         rows[k.name] = by_hash[h]
-    return ProgramSet(tuple(feats), tuple(pos), None, tuple(names)), rows
+    return ProgramSet(tuple(feats), tuple(pos), None, tuple(names),
+                      np.array(default, dtype=bool)), rows
 
 
 def predict_kernels(estimator, kernels, target) -> dict[str, float]:

@@ -100,16 +100,10 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
 
     @classmethod
     def load(cls, path) -> "EnsembleRegressor":
-        from cdmpp.model.registry import load_estimator, written_by_save_estimator
+        from cdmpp.model.registry import load_estimator, read_composite_meta
 
         path = Path(path)
-        try:
-            meta = json.loads((path / _META).read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path} is not a saved EnsembleRegressor: {_META} is "
-                                    f"missing{written_by_save_estimator(path)}") from None
-        if meta.get("kind") != "ensemble" or meta.get("format") != _FORMAT:
-            raise ValueError(f"{path / _META} is not an ensemble of format {_FORMAT}")
-        weights = meta["weights"]
+        weights = read_composite_meta(path, _META, "ensemble", _FORMAT,
+                                      "EnsembleRegressor")["weights"]
         members = [load_estimator(path / "members" / str(i)) for i in range(len(weights))]
         return cls.from_fitted(members, weights)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.baselines import check_weight  # noqa: F401 - also this module's (tests, callers)
 from cdmpp.dataset.normalize import Normalizer
 from cdmpp.dataset.programs import ProgramSet, check_programs
 from cdmpp.model.config import ModelConfig, TrainConfig
@@ -46,19 +47,6 @@ def _groups(programs: ProgramSet, device) -> np.ndarray | None:
     rows = programs.task if device is None else zip(programs.task, map(bytes, device))
     ids: dict = {}
     return np.array([ids.setdefault(key, len(ids)) for key in rows], dtype=np.int64)
-
-
-def check_weight(weight, n: int) -> np.ndarray | None:
-    """Per-sample loss weights as float64 (n,), or None; a clear error for bad ones."""
-    if weight is None:
-        return None
-    weight = np.asarray(weight, dtype=np.float64)
-    if weight.shape != (n,):
-        raise ValueError(f"sample_weight must have one value per program ({n}), "
-                         f"not shape {weight.shape}")
-    if not np.all(np.isfinite(weight)) or np.any(weight < 0) or not np.any(weight > 0):
-        raise ValueError("sample_weight must be finite, non-negative and not all zero")
-    return weight
 
 
 def fine_tune_config(base: TrainConfig, **changes) -> TrainConfig:

@@ -1,8 +1,8 @@
 """Saving and loading any estimator by directory, and the models shipped with cdmpp.
 
 An estimator directory holds:
-  estimator.json   {"kind": "cdmpp" | "xgb" | "mlp" | "ensemble", "cdmpp_version",
-                    "feature_version", "created" (UTC, ISO 8601),
+  estimator.json   {"kind": "cdmpp" | "xgb" | "mlp" | "ensemble" | "default_expert",
+                    "cdmpp_version", "feature_version", "created" (UTC, ISO 8601),
                     "trained_on": {...} (what the caller passed)}
   model            the estimator's own files (`estimator.save(DIR / "model")`: a directory for
                    XGBoost, one file for the MLP)
@@ -34,6 +34,7 @@ KINDS = {
     "xgb": ("cdmpp.baselines.xgb", "XGBBaseline"),
     "mlp": ("cdmpp.baselines.mlp", "MLPBaseline"),
     "ensemble": ("cdmpp.model.ensemble", "EnsembleRegressor"),
+    "default_expert": ("cdmpp.model.default_expert", "DefaultExpertRegressor"),
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
 SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "zen5",
@@ -41,8 +42,9 @@ SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
 # (trained on the Zen 4 VM's data), "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
-# and "emeraldrapids" (trained the same way on both VMs' data and 1,735 programs timed on an
-# Intel Xeon Emerald Rapids VM, those weighted 4 in the loss: `--device-weight`; fitted for it)
+# and "emeraldrapids" (trained the same way on both VMs' data and 3,045 programs timed on an
+# Intel Xeon Emerald Rapids VM, those weighted 4 in the loss: `--device-weight`; fitted for it;
+# with a default-program expert: `--default-expert`, model.default_expert)
 DEVICE_MODELS = ("default", "zen5", "emeraldrapids")
 
 
@@ -169,6 +171,22 @@ def written_by_save_estimator(path) -> str:
         return (f"; {path} was written by save_estimator (cdmpp train, calibrate): load it with "
                 "cdmpp.load_model(DIR) or cdmpp.model.registry.load_estimator(DIR)")
     return ""
+
+
+def read_composite_meta(path, meta_file: str, kind: str, fmt: int, what: str) -> dict:
+    """The JSON file `meta_file` that an estimator made of saved estimators (an ensemble, a
+    model with a default-program expert) writes beside them, checked for its kind and format;
+    `what` names the class in errors."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / meta_file).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is not a saved {what}: {meta_file} is "
+                                f"missing{written_by_save_estimator(path)}") from None
+    if meta.get("kind") != kind or meta.get("format") != fmt:
+        raise ValueError(f"{path / meta_file}: not {what} format {fmt} (kind "
+                         f"{meta.get('kind')!r}, format {meta.get('format')!r})")
+    return meta
 
 
 def read_meta(spec: str | Path) -> dict:
