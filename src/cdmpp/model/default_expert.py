@@ -3,11 +3,12 @@
 A task's default program is the PrimFunc TVM's default pipeline builds without tuning (no
 schedule applied): what an untuned network runs, kernel by kernel. They are few in the training
 data (2,223 of the 26,402 records of the Intel model) and their cost is a sharp function of
-shape (an unaligned reduction can cost 3x per multiply-add), which the transformer, sharing
-its capacity with the sampled schedules, underfits: the shipped Intel model put BERT-base's
-feed-forward matmuls 6-25% under their own training labels (docs/model.md, "An expert for
-default programs"). XGBoost on latency per work, fitted on the default programs alone, fits
-them closely. Where a program is flagged default (`ProgramSet.default`), the prediction is the
+shape (an untuned matmul's time per multiply-add moves 0.9-3.5 ns with the alignment of its
+sizes, docs/model.md "Refit"), which the transformer, sharing its capacity with the sampled
+schedules, underfits by the seed: the three seeds of the Intel model put BERT-base's 768 ->
+3072 matmul 6-25% under its own training label (docs/model.md, "An expert for default
+programs"). XGBoost on latency per work, fitted on the default programs alone, fits them
+closely. Where a program is flagged default (`ProgramSet.default`), the prediction is the
 weighted geometric mean of the model's and the expert's; everywhere else (sampled schedules,
 or flags unknown) it is the model's alone.
 
@@ -20,7 +21,6 @@ each written by `save_estimator`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -104,17 +104,12 @@ class DefaultExpertRegressor(BaselineMixin):  # the mixin's get_params, _check_f
         return out
 
     def save(self, path) -> Path:
-        from cdmpp.model.registry import save_estimator
+        from cdmpp.model.registry import save_composite
 
         self._check_fitted()
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_estimator(self.model_, path / "model")
-        save_estimator(self.expert_, path / "expert")
-        meta = {"kind": "default_expert", "format": _FORMAT,
-                "expert_weight": self.expert_weight_}
-        (path / _META).write_text(json.dumps(meta, indent=1) + "\n")
-        return path
+        return save_composite(path, {"model": self.model_, "expert": self.expert_}, _META,
+                              {"kind": "default_expert", "format": _FORMAT,
+                               "expert_weight": self.expert_weight_})
 
     @classmethod
     def load(cls, path) -> "DefaultExpertRegressor":

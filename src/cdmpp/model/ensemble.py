@@ -14,7 +14,6 @@ written by `save_estimator`, so any estimator kind can be a member.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -87,16 +86,12 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
         return out
 
     def save(self, path) -> Path:
-        from cdmpp.model.registry import save_estimator
+        from cdmpp.model.registry import save_composite
 
         self._check_fitted()
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        for i, member in enumerate(self.members_):
-            save_estimator(member, path / "members" / str(i))
-        meta = {"kind": "ensemble", "format": _FORMAT, "weights": self.weights_.tolist()}
-        (path / _META).write_text(json.dumps(meta, indent=1) + "\n")
-        return path
+        parts = {f"members/{i}": member for i, member in enumerate(self.members_)}
+        return save_composite(path, parts, _META, {"kind": "ensemble", "format": _FORMAT,
+                                                   "weights": self.weights_.tolist()})
 
     @classmethod
     def load(cls, path) -> "EnsembleRegressor":

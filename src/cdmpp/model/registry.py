@@ -173,6 +173,18 @@ def written_by_save_estimator(path) -> str:
     return ""
 
 
+def save_composite(path, parts: dict, meta_file: str, meta: dict) -> Path:
+    """Write an estimator made of fitted estimators: each of `parts` ({subdirectory:
+    estimator}) with `save_estimator`, then `meta` as the JSON file `meta_file`; returns
+    `path`. `read_composite_meta` reads the file back."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for sub, estimator in parts.items():
+        save_estimator(estimator, path / sub)
+    (path / meta_file).write_text(json.dumps(meta, indent=1) + "\n")
+    return path
+
+
 def read_composite_meta(path, meta_file: str, kind: str, fmt: int, what: str) -> dict:
     """The JSON file `meta_file` that an estimator made of saved estimators (an ensemble, a
     model with a default-program expert) writes beside them, checked for its kind and format;
