@@ -275,16 +275,20 @@ def test_device_weight_weights_the_for_device_records_only(tmp_path, fit_calls, 
     assert not (tmp_path / "bad").exists()
 
 
-def _with_default_program(src: Path, dst: Path) -> Path:
+def _with_default_program(src: Path, dst: Path, copies: int = 1) -> Path:
     """A copy of a fixture database plus its task's default program: the first record again,
-    with an empty trace (what the collector writes for `kind: default`) and a label of its own."""
+    with an empty trace (what the collector writes for `kind: default`) and a label of its own
+    (`copies` of it, each timed differently)."""
     db = shutil.copytree(src, dst)
     record_file = db / "database_tuning_record.json"
     lines = record_file.read_text().splitlines()
-    default = json.loads(lines[0])
-    default[1][0] = [[], []]
-    default[1][1] = [3 * t for t in default[1][1]]
-    record_file.write_text("\n".join(lines + [json.dumps(default)]) + "\n")
+    defaults = []
+    for i in range(copies):
+        default = json.loads(lines[0])
+        default[1][0] = [[], []]
+        default[1][1] = [(3 + i) * t for t in default[1][1]]
+        defaults.append(json.dumps(default))
+    record_file.write_text("\n".join(lines + defaults) + "\n")
     return db
 
 
@@ -323,6 +327,15 @@ def test_default_expert_is_fitted_on_default_programs_and_joins_only_there(tmp_p
     assert not np.allclose(got[flags], alone[flags])
     # flags unknown: the model alone
     np.testing.assert_array_equal(model.predict(replace(programs, default=None)), alone)
+
+    # with a split, the test side's default programs meet the expert too
+    capsys.readouterr()
+    more = [_with_default_program(FIXTURES / name, tmp_path / "more" / name, copies=3)
+            for name in ("dense_64x768x768", "softmax_12x64x64")]
+    assert main(["train", "--data", str(more[0]), "--data", str(more[1]), "--store",
+                 str(tmp_path / "store2"), "--epochs", "1", "--workers", "1", "--out",
+                 str(tmp_path / "split"), "--default-expert", "--split", "random"]) == 0
+    assert "test side of random" in capsys.readouterr().out
 
 
 def test_default_expert_refuses_data_without_default_programs_before_training(

@@ -130,8 +130,10 @@ def run_train(args) -> int:
         split, train_rows, test_rows = None, np.arange(samples.num_rows), np.zeros(0, np.int64)
     train = labeled(store, samples, train_rows, with_device=with_device)
     checkpoints = Path(args.out).with_name(Path(args.out).name + ".partial")
-    is_default = (default_program_mask(samples, train_rows)
-                  if args.default_weight != 1.0 or args.default_expert else None)
+    # every row's flag, read from the databases once (the test side's too, for the expert)
+    default_rows = (default_program_mask(samples)
+                    if args.default_weight != 1.0 or args.default_expert else None)
+    is_default = None if default_rows is None else default_rows[train_rows]
     if args.default_expert and is_default.sum() < 2:  # before hours of training, not after
         raise ValueError(f"--default-expert: the training records hold {int(is_default.sum())} "
                          "default program(s), it needs at least 2 (the collector times each "
@@ -178,7 +180,7 @@ def run_train(args) -> int:
         test = labeled(store, samples, test_rows, with_device=with_device)
         programs = test.programs
         if args.default_expert:  # the expert joins on the test side's default programs
-            programs = replace(programs, default=default_program_mask(samples, test_rows))
+            programs = replace(programs, default=default_rows[test_rows])
         result = summary(test.latency_s, model.predict(programs), programs.task)
         print(_table_row(f"test side of {split.name} ({len(test_rows)} records)", result))
     return 0
