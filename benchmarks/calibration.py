@@ -7,7 +7,8 @@
 `--db`: a collection directory of the same device (e.g. data/epyc-1t.tar.xz unpacked, which is
 `--threads 1` on this machine). Records of any task a calibrated model measured are dropped,
 so every model is tested on the same unseen tasks; the base model (zero-shot) is the first row.
-Prints MAPE, median APE, share within 10%, and the ratios to zero-shot and to the label noise
+Prints MAPE, median APE, share within 10%, top-1 score and pairwise ranking accuracy per
+task, and the ratios to zero-shot and to the label noise
 floor of those records (targets: <= 0.7x zero-shot, <= 1.5x the noise floor). After each
 calibrated model, the simplest calibration for comparison: the base model's predictions times
 one factor (median measured / predicted over what that calibration measured).
@@ -26,7 +27,8 @@ import numpy as np
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", required=True)
-    parser.add_argument("--model", action="append", required=True, help="a calibrated model")
+    parser.add_argument("--model", action="append", required=True,
+                        help="a calibrated model (or any other model, to compare on the same records)")
     parser.add_argument("--base", default="default", help="the zero-shot model")
     args = parser.parse_args()
     from cdmpp.evaluate.metrics import noise_floor_ape, summary
@@ -46,8 +48,8 @@ def main() -> int:
     noise = noise_floor_ape([records[i].measurement.noise_rel for i in keep])
     print(f"{args.db}: {len(keep)} records of {len(set(tasks))} tasks no calibration measured; "
           f"label noise floor {100 * noise:.1f}%")
-    print(f"{'model':<32} {'MAPE':>7} {'median APE':>10} {'within 10%':>10} {'/zero-shot':>10} "
-          f"{'/noise':>7}")
+    print(f"{'model':<32} {'MAPE':>7} {'median APE':>10} {'within 10%':>10} {'top-1':>6} "
+          f"{'pairwise':>8} {'/zero-shot':>10} {'/noise':>7}")
     zero_shot = None
 
     def row(name, y, y_hat):
@@ -55,7 +57,8 @@ def main() -> int:
         s = summary(y, y_hat, tasks)
         zero_shot = zero_shot or s["mape"]
         print(f"{name[-32:]:<32} {100 * s['mape']:6.1f}% {100 * s['median_ape']:9.1f}% "
-              f"{100 * s['within_10']:9.1f}% {s['mape'] / zero_shot:10.2f} "
+              f"{100 * s['within_10']:9.1f}% {s['top1']:6.3f} {100 * s['pairwise_acc']:7.1f}% "
+              f"{s['mape'] / zero_shot:10.2f} "
               f"{s['mape'] / noise:7.1f}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,8 +85,10 @@ def rescale_factor(base, data, predict) -> float | None:
     """The simplest calibration, for comparison: one factor for every prediction of the base
     model, the median measured / predicted over what the calibration run measured (its data
     directory, `trained_on["data"]`). None when that directory is not here."""
-    if not data or not Path(data, "database_tuning_record.json").exists():
-        why = f"{data} is not here" if data else "the model measured nothing itself"
+    if not isinstance(data, str) or not Path(data, "database_tuning_record.json").exists():
+        why = (f"{data} is not here" if isinstance(data, str)
+               else "the model measured nothing itself" if not data
+               else "a trained model, not a calibration run")
         print(f"(no rescale row: {why})", file=sys.stderr)
         return None
     ratios = [p.measured_latency_s / p.predicted_latency_s for p in predict(base, data).values()

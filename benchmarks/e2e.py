@@ -3,6 +3,7 @@
     python benchmarks/e2e.py [--model MODEL ...] [--networks resnet18,...] [--batches 1,4]
                              [--tuning-db DIR] [--kernels] [--no-measure]
                              [--both-placements SECONDS] [--json OUT]
+                             [--measured-from OUT]
 
 Each network is imported (torch.export), fused as TVM's CPU pipeline does (untuned kernels, or
 `--tuning-db`), predicted (kernel latencies from MODEL + dPRO-style replay with the calibrated
@@ -16,7 +17,10 @@ measurement; the first one fills the table's main columns, the others add an err
 With `--tuning-db`, the replay of the database's own timing of every kernel (`replay(db)`; no
 model, no new run) is reported too, and how far each model's prediction is from it (`vs db`):
 the model's error on the kernels alone, free of the run-to-run drift of a measured total.
-`--no-measure` skips the runs (seconds per network instead of minutes). A `--networks` entry
+`--no-measure` skips the runs (seconds per network instead of minutes). `--measured-from OUT`
+skips them too and compares the predictions with the totals an earlier run's `--json OUT`
+measured on this device (new models against one measurement; say when it was taken: the host
+drifts over the day). A `--networks` entry
 ending in `.onnx` is an ONNX file (`scripts/export_onnx.py` writes the built-in networks as
 such), its open batch dimension bound to each batch.
 A memory probe is timed before every pass: the host may move the threads between two placements
@@ -79,6 +83,42 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
                              "vs_database_rel": None if r.database_replay_s is None
                              else r.predicted_s / r.database_replay_s - 1}
                          for m, r in results.items()}}
+
+
+# what a measurement contributes to a row, taken over by --measured-from
+MEASURED_KEYS = ("measured_s", "measured_kernels_replay_s", "in_network_replay_s", "noise_rel",
+                 "host_slowdown", "by_placement")
+
+
+def with_stored_measurement(row: dict, stored: dict) -> dict:
+    """`row` (predicted, not measured) with the measurement of `stored`, the same network and
+    batch in an earlier run's --json: each model's error against that measured total."""
+    if (row["network"], row["batch"]) != (stored["network"], stored["batch"]):
+        raise ValueError(f"{row['network']} batch {row['batch']} against a measurement of "
+                         f"{stored['network']} batch {stored['batch']}")
+    measured = stored["measured_s"]
+    if measured is None:
+        raise ValueError(f"{row['network']} batch {row['batch']}: the stored run did not "
+                         "measure it")
+    by_model = {m: {**p, "error_rel": p["predicted_s"] / measured - 1}
+                for m, p in row["by_model"].items()}
+    error = next(iter(by_model.values()))["error_rel"]
+    return {**row, **{k: stored.get(k) for k in MEASURED_KEYS}, "by_model": by_model,
+            "error_rel": error, "abs_error_rel": abs(error)}
+
+
+def stored_measurements(path: str, device_id: str, tuning_db) -> dict:
+    """(network, batch) -> row of an earlier run's --json, checked to be this device's and
+    the same tuning database's."""
+    with open(path) as f:
+        stored = json.load(f)
+    if stored["device_id"] != device_id:
+        raise SystemExit(f"{path} was measured on device {stored['device_id']}, this is "
+                         f"{device_id}")
+    if stored.get("tuning_db") != tuning_db:
+        raise SystemExit(f"{path} was measured with --tuning-db {stored.get('tuning_db')}, "
+                         f"not {tuning_db}")
+    return {(r["network"], r["batch"]): r for r in stored["rows"] if r["measured_s"] is not None}
 
 
 def _ms(x) -> str:
@@ -150,6 +190,8 @@ def main() -> int:
                              "known to have two, waits this long for the other "
                              "(src/cdmpp/measure/placement.py; 0: never)")
     parser.add_argument("--json", default=None, metavar="OUT")
+    parser.add_argument("--measured-from", default=None, metavar="OUT",
+                        help="no runs: compare with the totals an earlier --json OUT measured")
     args = parser.parse_args()
 
     import torch
@@ -165,16 +207,25 @@ def main() -> int:
     models = {m: load_estimator(m) for m in names}
     device = local_device()
     set_threads(device.threads)
+    stored = (None if args.measured_from is None else
+              stored_measurements(args.measured_from, device.device_id, args.tuning_db))
     rows = []
     for name in args.networks.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             rows.append(run_one(models, name, batch, kernels=args.kernels,
                                 tuning_db=tuning_db, device=device,
-                                measure=not args.no_measure,
+                                measure=not (args.no_measure or stored is not None),
                                 both_placements_s=args.both_placements))
+            if stored is not None:
+                key = (rows[-1]["network"], batch)
+                if key not in stored:
+                    raise SystemExit(f"{args.measured_from} has no measurement of {name} "
+                                     f"batch {batch}")
+                rows[-1] = with_stored_measurement(rows[-1], stored[key])
             r = rows[-1]
             measured = ("not measured" if r["measured_s"] is None else
-                        f"measured {_ms(r['measured_s'])} ms (reference kernel "
+                        f"measured {'in ' + args.measured_from + ' ' if stored else ''}"
+                        f"{_ms(r['measured_s'])} ms (reference kernel "
                         f"x{r['host_slowdown']:.2f} its best on this device"
                         + "".join(f"; {s} {_ms(t)} ms" for s, t in r["by_placement"].items())
                         + ")")

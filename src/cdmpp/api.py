@@ -21,7 +21,7 @@ import warnings
 def load_model(model=None):
     """A fitted estimator. `model`: None (the shipped model fitted for this machine, else
     "default", as `cdmpp predict` and `cdmpp e2e` choose), a shipped name ("default", "zen5",
-    "emeraldrapids", "xgb", "ensemble"), a directory written by `save_estimator`, or an
+    "emeraldrapids", "zen3", "xgb", "ensemble"), a directory written by `save_estimator`, or an
     estimator (returned as is)."""
     from cdmpp.model.registry import for_device, load_estimator
 

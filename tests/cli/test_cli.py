@@ -85,7 +85,7 @@ def test_env_says_whether_the_shipped_model_is_for_this_device():
     from cdmpp.cli.env_cmd import shipped_model_line
     from cdmpp.model.registry import fitted_device_id
 
-    for name in ("default", "zen5", "emeraldrapids"):
+    for name in ("default", "zen5", "emeraldrapids", "zen3"):
         line = shipped_model_line(fitted_device_id(name))
         assert line.startswith(f"model      {name}:") and line.endswith("fitted for this device")
     other = shipped_model_line("0123456789abcdef")

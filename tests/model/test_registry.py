@@ -122,11 +122,11 @@ def test_device_mismatch_names_both_devices(xgb_model, tmp_path):
 
 def test_shipped_models_know_their_device():
     zen4, zen5 = registry.fitted_device_id("default"), registry.fitted_device_id("zen5")
-    intel = registry.fitted_device_id("emeraldrapids")
-    assert zen4 and zen5 and intel and len({zen4, zen5, intel}) == 3
+    intel, zen3 = registry.fitted_device_id("emeraldrapids"), registry.fitted_device_id("zen3")
+    assert zen4 and zen5 and intel and zen3 and len({zen4, zen5, intel, zen3}) == 4
     assert registry.device_mismatch("default", zen4) is None
     assert "fitted for device" in registry.device_mismatch("default", zen5)
     # without --model, predict and e2e take the shipped model of the device, else default
     assert registry.for_device(zen4) == "default" and registry.for_device(zen5) == "zen5"
-    assert registry.for_device(intel) == "emeraldrapids"
+    assert registry.for_device(intel) == "emeraldrapids" and registry.for_device(zen3) == "zen3"
     assert registry.for_device("0123456789abcdef") == "default"

@@ -38,14 +38,15 @@ KINDS = {
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
 SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "zen5",
-           "emeraldrapids": "emeraldrapids"}
+           "emeraldrapids": "emeraldrapids", "zen3": "zen3"}
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
 # (trained on the Zen 4 VM's data), "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
 # and "emeraldrapids" (trained the same way on both VMs' data and 3,045 programs timed on an
 # Intel Xeon Emerald Rapids VM, those weighted 4 in the loss: `--device-weight`; fitted for it;
-# with a default-program expert: `--default-expert`, model.default_expert)
-DEVICE_MODELS = ("default", "zen5", "emeraldrapids")
+# with a default-program expert: `--default-expert`, model.default_expert), and "zen3" (the
+# same recipe with a Zen 3 VM as the fourth CPU, fitted for it)
+DEVICE_MODELS = ("default", "zen5", "emeraldrapids", "zen3")
 
 
 def estimator_class(kind: str):
@@ -266,8 +267,8 @@ def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> 
 
 def for_device(device_id: str) -> str:
     """The name of the shipped cdmpp model fitted for `device_id` ("zen5" on the Zen 5 VM,
-    "emeraldrapids" on the Intel one), else "default": what `predict` and `e2e` use when no
-    --model is given."""
+    "emeraldrapids" on the Intel one, "zen3" on the Zen 3 one), else "default": what
+    `predict` and `e2e` use when no --model is given."""
     for name in DEVICE_MODELS:
         try:
             if fitted_device_id(name) == device_id:
