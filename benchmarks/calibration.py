@@ -28,7 +28,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", required=True)
     parser.add_argument("--model", action="append", required=True,
-                        help="a calibrated model (or any other model, to compare on the same records)")
+                        help="a calibrated model (or any other, to compare on the same records)")
     parser.add_argument("--base", default="default", help="the zero-shot model")
     args = parser.parse_args()
     from cdmpp.evaluate.metrics import noise_floor_ape, summary

@@ -48,7 +48,8 @@ def model_help(default: str) -> str:
     return ("default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained on the "
             "Zen 4 and Zen 5 VMs' data, fitted for Zen 5), emeraldrapids (cdmpp trained on the "
             "three CPUs' data, fitted for an Intel Xeon VM, with an expert for default "
-            "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xgb, ensemble (geometric mean of cdmpp and XGBoost), or a model "
+            "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xgb, "
+            "ensemble (geometric mean of cdmpp and XGBoost), or a model "
             f"directory written by cdmpp train or cdmpp calibrate (default: {default})")
 
 
