@@ -4,7 +4,8 @@ summed features: fitting must beat predicting the mean by far."""
 import numpy as np
 import pytest
 
-from cdmpp.baselines import MLPBaseline, XGBBaseline, make_baseline, program_vectors
+from cdmpp.baselines import (MLPBaseline, XGBBaseline, check_weight, make_baseline,
+                              program_vectors)
 from cdmpp.dataset.programs import ProgramSet
 from cdmpp.evaluate.metrics import mape
 
@@ -151,3 +152,13 @@ def test_xgb_fitted_for_one_device_predicts_it_without_device_vectors(tmp_path):
     np.testing.assert_array_equal(loaded.device_vector_, model.device_vector_)
     np.testing.assert_array_equal(loaded.predict(plain), model.predict(plain))
     assert not hasattr(loaded.fit(train, y), "device_vector_")  # a new fit: no device yet
+
+
+def test_bad_sample_weights_are_refused():
+    assert check_weight(None, 3) is None
+    with pytest.raises(ValueError, match="one value per program"):
+        check_weight([1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="non-negative"):
+        check_weight([1.0, -1.0, 1.0], 3)
+    with pytest.raises(ValueError, match="not all zero"):
+        check_weight([0.0, 0.0, 0.0], 3)

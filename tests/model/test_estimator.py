@@ -330,18 +330,6 @@ def test_weighted_loss_is_a_weighted_mean():
     assert torch.allclose(loss(pred, z, torch.tensor([2.0, 1.0, 1.0])), doubled)
 
 
-def test_bad_sample_weights_are_refused():
-    from cdmpp.model.estimator import check_weight
-
-    assert check_weight(None, 3) is None
-    with pytest.raises(ValueError, match="one value per program"):
-        check_weight([1.0, 2.0], 3)
-    with pytest.raises(ValueError, match="non-negative"):
-        check_weight([1.0, -1.0, 1.0], 3)
-    with pytest.raises(ValueError, match="not all zero"):
-        check_weight([0.0, 0.0, 0.0], 3)
-
-
 def test_sample_weights_decide_which_labels_the_model_fits(slice_data):
     from cdmpp.dataset.programs import ProgramSet
 

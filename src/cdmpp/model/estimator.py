@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.baselines import check_weight  # noqa: F401 - also this module's (tests, callers)
+from cdmpp.baselines import check_weight
 from cdmpp.dataset.normalize import Normalizer
 from cdmpp.dataset.programs import ProgramSet, check_programs
 from cdmpp.model.config import ModelConfig, TrainConfig
