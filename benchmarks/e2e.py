@@ -110,8 +110,14 @@ def with_stored_measurement(row: dict, stored: dict) -> dict:
 def stored_measurements(path: str, device_id: str, tuning_db) -> dict:
     """(network, batch) -> row of an earlier run's --json, checked to be this device's and
     the same tuning database's."""
-    with open(path) as f:
-        stored = json.load(f)
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: cannot read it ({e})") from None
+    if not isinstance(stored, dict) or not {"device_id", "rows"} <= set(stored):
+        raise SystemExit(f"{path} is not the --json of an earlier benchmarks/e2e.py run "
+                         "(no device_id and rows)")
     if stored["device_id"] != device_id:
         raise SystemExit(f"{path} was measured on device {stored['device_id']}, this is "
                          f"{device_id}")

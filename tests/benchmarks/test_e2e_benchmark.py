@@ -63,3 +63,11 @@ def test_stored_runs_of_another_device_or_database_are_refused(bench, tmp_path):
         bench.stored_measurements(str(path), "bbbb", None)
     with pytest.raises(SystemExit, match="tuning-db"):
         bench.stored_measurements(str(path), "aaaa", "work/kernels")
+
+
+def test_a_missing_or_foreign_file_is_a_clear_error(bench, tmp_path):
+    with pytest.raises(SystemExit, match="missing.json: cannot read it"):
+        bench.stored_measurements(str(tmp_path / "missing.json"), "aaaa", None)
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    with pytest.raises(SystemExit, match="other.json is not the --json"):
+        bench.stored_measurements(str(tmp_path / "other.json"), "aaaa", None)
