@@ -68,6 +68,7 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
             "measured_s": result.measured_s,
             "abs_error_rel": None if error is None else abs(error), "error_rel": error,
             "measured_kernels_replay_s": result.measured_kernels_replay_s,
+            "measured_kernels_median_replay_s": result.measured_kernels_median_replay_s,
             # the kernels stamped inside the network (with --kernels), replayed
             "in_network_replay_s": result.in_network_replay_s,
             "database_replay_s": result.database_replay_s,
@@ -86,8 +87,8 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
 
 
 # what a measurement contributes to a row, taken over by --measured-from
-MEASURED_KEYS = ("measured_s", "measured_kernels_replay_s", "in_network_replay_s", "noise_rel",
-                 "host_slowdown", "by_placement")
+MEASURED_KEYS = ("measured_s", "measured_kernels_replay_s", "measured_kernels_median_replay_s",
+                 "in_network_replay_s", "noise_rel", "host_slowdown", "by_placement")
 
 
 def with_stored_measurement(row: dict, stored: dict) -> dict:

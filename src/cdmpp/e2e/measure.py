@@ -88,6 +88,11 @@ class NetworkMeasurement:
         """{kernel: measured seconds per call} of the kernels timed on their own."""
         return {name: m.latency_s for name, m in self.kernels.items()}
 
+    def kernel_median_s(self) -> dict[str, float]:
+        """{kernel: median over its repeats alone}: the host's typical state, where
+        `kernel_s` (the label's statistic, the minimum) is its best moment."""
+        return {name: float(np.median(m.run_secs)) for name, m in self.kernels.items()}
+
     def in_network_s(self) -> dict[str, float]:
         """{kernel: seconds per call inside the network}: each call site's fastest time over
         the profiled inferences, averaged over the kernel's call sites."""

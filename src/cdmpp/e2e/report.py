@@ -60,6 +60,11 @@ def format_table(result, top: int = 10) -> str:
             lines.append(f"replay of the kernels timed alone: {_ms(replayed)} ms "
                          f"({100 * (replayed / result.measured_s - 1):+.1f}% vs measured: the "
                          "replay's own error)")
+        if result.measured_kernels_median_replay_s is not None:
+            typical = result.measured_kernels_median_replay_s
+            lines.append(f"replay of their median times alone: {_ms(typical)} ms "
+                         f"({100 * (typical / result.measured_s - 1):+.1f}% vs measured: a long "
+                         "run meets the host's typical state, the labels its best)")
         if result.in_network_replay_s is not None:
             inside = result.in_network_replay_s
             line = f"replay of the kernels timed inside the network: {_ms(inside)} ms " \
