@@ -27,13 +27,19 @@ def test_prediction_is_the_replay_of_kernel_predictions_plus_overhead(lowered):
     assert r.timings_s["prediction_s"] >= 0  # its wall time is benchmarks/e2e.py's business
 
 
-def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered):
-    from cdmpp.e2e.report import format_table
-
+def _tiny_mlp_predicted(lowered):
+    """tiny_mlp predicted at 3e-5 and 1e-5 s a kernel, 1 us a call and 2 us an inference."""
     net = lowered("tiny_mlp")
     first, second = (k.name for k in net.kernels)
     overhead = CallOverhead(per_call_s=1e-6, per_builtin_s=0.0, per_invoke_s=2e-6)
     r = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net, overhead=overhead)
+    return r, net, first, second
+
+
+def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered):
+    from cdmpp.e2e.report import format_table
+
+    r, _, first, second = _tiny_mlp_predicted(lowered)
     both = r.with_database({first: 2e-5, second: 1e-5})
     assert both.database_replay_s == pytest.approx(2e-5 + 1e-5 + 2 * 1e-6 + 2e-6)
     assert both.predicted_s == r.predicted_s  # the prediction itself is unchanged
@@ -53,10 +59,7 @@ def test_kernels_timed_inside_the_network_are_replayed_beside_those_timed_alone(
     from cdmpp.e2e.report import format_table
     from cdmpp.types import Measurement, PassStats
 
-    net = lowered("tiny_mlp")
-    first, second = (k.name for k in net.kernels)
-    overhead = CallOverhead(per_call_s=1e-6, per_builtin_s=0.0, per_invoke_s=2e-6)
-    r = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net, overhead=overhead)
+    r, net, first, second = _tiny_mlp_predicted(lowered)
     timing = Measurement((6e-5,), (PassStats((6e-5,), 1.0),))
     alone = {first: Measurement((2e-5,), (PassStats((2e-5,), 1.0),)),
              second: Measurement((1e-5,), (PassStats((1e-5,), 1.0),))}
@@ -94,10 +97,7 @@ def test_kernels_median_times_alone_are_replayed_beside_their_best(lowered):
     from cdmpp.e2e.report import format_table
     from cdmpp.types import Measurement, PassStats
 
-    net = lowered("tiny_mlp")
-    first, second = (k.name for k in net.kernels)
-    overhead = CallOverhead(per_call_s=1e-6, per_builtin_s=0.0, per_invoke_s=2e-6)
-    r = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net, overhead=overhead)
+    r, _, first, second = _tiny_mlp_predicted(lowered)
     timing = Measurement((4e-5,), (PassStats((4e-5,), 1.0),))
     # best 2e-5 and 1e-5, medians 3e-5 and 1.5e-5
     alone = {first: Measurement((2e-5, 3e-5, 5e-5), (PassStats((2e-5, 3e-5, 5e-5), 1.0),)),
