@@ -3,7 +3,7 @@
     python benchmarks/e2e.py [--model MODEL ...] [--networks resnet18,...] [--batches 1,4]
                              [--tuning-db DIR] [--kernels] [--no-measure]
                              [--both-placements SECONDS] [--json OUT]
-                             [--measured-from OUT]
+                             [--measured-from OUT ...]
 
 Each network is imported (torch.export), fused as TVM's CPU pipeline does (untuned kernels, or
 `--tuning-db`), predicted (kernel latencies from MODEL + dPRO-style replay with the calibrated
@@ -20,7 +20,13 @@ the model's error on the kernels alone, free of the run-to-run drift of a measur
 `--no-measure` skips the runs (seconds per network instead of minutes). `--measured-from OUT`
 skips them too and compares the predictions with the totals an earlier run's `--json OUT`
 measured on this device (new models against one measurement; say when it was taken: the host
-drifts over the day). A `--networks` entry
+drifts over the day). It is repeatable and also takes the `--json` of `cdmpp e2e --measure`; a
+network measured in several of them is compared with their mean. `benchmarks/measured/` keeps
+the untuned totals measured on each CPU so far, so a new model is judged on one in minutes:
+
+    python benchmarks/e2e.py --model zen3 --measured-from benchmarks/measured/7566cfb52e598ab7-untuned.json
+
+A `--networks` entry
 ending in `.onnx` is an ONNX file (`scripts/export_onnx.py` writes the built-in networks as
 such), its open batch dimension bound to each batch.
 A memory probe is timed before every pass: the host may move the threads between two placements
@@ -77,6 +83,8 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
             "prediction_s": round(result.timings_s["prediction_s"], 3),
             "measure_s": round(time.perf_counter() - t2, 1),
             "noise_rel": None if measurement is None else measurement.measurement.noise_rel,
+            "measured_at": None if measurement is None
+            else f"{measurement.started_utc} - {measurement.ended_utc}",
             "host_slowdown": None if measurement is None else measurement.host_slowdown,
             # the network's best time in each placement of the threads (measure.placement)
             "by_placement": {} if measurement is None else measurement.by_placement(),
@@ -88,7 +96,8 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
 
 # what a measurement contributes to a row, taken over by --measured-from
 MEASURED_KEYS = ("measured_s", "measured_kernels_replay_s", "measured_kernels_median_replay_s",
-                 "in_network_replay_s", "noise_rel", "host_slowdown", "by_placement")
+                 "in_network_replay_s", "noise_rel", "host_slowdown", "by_placement",
+                 "measured_at", "measured_runs")
 
 
 def with_stored_measurement(row: dict, stored: dict) -> dict:
@@ -108,25 +117,77 @@ def with_stored_measurement(row: dict, stored: dict) -> dict:
             "error_rel": error, "abs_error_rel": abs(error)}
 
 
-def stored_measurements(path: str, device_id: str, tuning_db) -> dict:
-    """(network, batch) -> row of an earlier run's --json, checked to be this device's and
-    the same tuning database's."""
-    try:
-        with open(path) as f:
-            stored = json.load(f)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"{path}: cannot read it ({e})") from None
-    if not isinstance(stored, dict) or not {"device_id", "rows"} <= set(stored):
-        raise SystemExit(f"{path} is not the --json of an earlier benchmarks/e2e.py run "
-                         "(no device_id and rows)")
-    if stored["device_id"] != device_id:
-        raise SystemExit(f"{path} was measured on device {stored['device_id']}, this is "
-                         f"{device_id}")
-    if stored.get("tuning_db") != tuning_db:
-        raise SystemExit(f"{path} was measured with --tuning-db {stored.get('tuning_db')}, "
-                         f"not {tuning_db}")
-    return {(r["network"], r["batch"]): r for r in stored["rows"] if r["measured_s"] is not None}
+def _rows_of(path: str, stored: dict) -> list[dict]:
+    """The measured rows of one file: an earlier run's --json (`rows`), or the --json of one
+    `cdmpp e2e --measure` (one network)."""
+    if isinstance(stored, dict) and {"device_id", "rows"} <= set(stored):
+        return stored["rows"]
+    if isinstance(stored, dict) and {"network", "batch", "measured_s", "measurement"} <= set(stored):
+        if any(k.get("tuned") for k in stored.get("kernels", [])):
+            raise SystemExit(f"{path}: a `cdmpp e2e --json` of a tuned network does not say "
+                             "which tuning database; use benchmarks/e2e.py --json runs for those")
+        m = stored["measurement"] or {}
+        start, end = m.get("started_utc"), m.get("ended_utc")
+        return [{"network": stored["network"], "batch": stored["batch"],
+                 "measured_s": stored["measured_s"],
+                 "measured_at": f"{start} - {end}" if start and end else None,
+                 "measured_kernels_replay_s": stored.get("measured_kernels_replay_s"),
+                 "measured_kernels_median_replay_s":
+                     stored.get("measured_kernels_median_replay_s"),
+                 "in_network_replay_s": stored.get("in_network_replay_s"),
+                 "noise_rel": None, "host_slowdown": m.get("host_slowdown"),
+                 "by_placement": m.get("by_placement") or {}}]
+    raise SystemExit(f"{path} is not the --json of an earlier benchmarks/e2e.py run (no "
+                     "device_id and rows) nor of `cdmpp e2e --measure`")
 
+
+def _tuning_db_of(stored: dict):
+    return stored.get("tuning_db") if "rows" in stored else None
+
+
+def combined(runs: list[dict]) -> dict:
+    """One stored row from the runs that measured a network: their mean total (the host
+    drifts from run to run; each run is kept in `measured_runs`), and the other measured
+    figures averaged where every run has them."""
+    first = runs[0]
+    row = {"network": first["network"], "batch": first["batch"],
+           "measured_s": sum(r["measured_s"] for r in runs) / len(runs),
+           "measured_runs": [{"measured_s": r["measured_s"], "measured_at": r.get("measured_at"),
+                              "source": r.get("source", r.get("_file"))} for r in runs]}
+    for key in MEASURED_KEYS:
+        if key in row or key == "by_placement":
+            continue
+        values = [r.get(key) for r in runs]
+        numeric = all(isinstance(v, (int, float)) for v in values)
+        row[key] = (sum(values) / len(values) if numeric and len(runs) > 1 else
+                    first.get(key) if len(runs) == 1 else None)
+    row["by_placement"] = (first.get("by_placement") or {}) if len(runs) == 1 else {}
+    return row
+
+
+def stored_measurements(paths, device_id: str, tuning_db) -> dict:
+    """(network, batch) -> one stored row, from earlier runs' --json files (a path or a list
+    of them; `cdmpp e2e --measure --json` outputs too), each checked to be this device's and
+    the same tuning database's. A network measured in several runs gets their mean
+    (`combined`)."""
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        try:
+            with open(path) as f:
+                stored = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"{path}: cannot read it ({e})") from None
+        rows = _rows_of(path, stored)
+        if stored["device_id"] != device_id:
+            raise SystemExit(f"{path} was measured on device {stored['device_id']}, this is "
+                             f"{device_id}")
+        if _tuning_db_of(stored) != tuning_db:
+            raise SystemExit(f"{path} was measured with --tuning-db {_tuning_db_of(stored)}, "
+                             f"not {tuning_db}")
+        for r in rows:
+            if r["measured_s"] is not None:
+                runs.setdefault((r["network"], r["batch"]), []).append({**r, "_file": path})
+    return {key: combined(rs) for key, rs in runs.items()}
 
 def _ms(x) -> str:
     return "" if x is None else f"{1e3 * x:.2f}"
@@ -179,14 +240,33 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def _measured_how(row: dict) -> str:
+    """' (reference kernel x1.05 its best ...; placements)' for a run, or where the stored
+    totals come from and when they were taken."""
+    notes = []
+    if row.get("host_slowdown") is not None:
+        notes.append(f"reference kernel x{row['host_slowdown']:.2f} its best on this device")
+    notes += [f"{s} {_ms(t)} ms" for s, t in row["by_placement"].items()]
+    runs = row.get("measured_runs") or []
+    if len(runs) > 1:
+        totals = [r["measured_s"] for r in runs]
+        notes.append(f"mean of {len(runs)} stored runs, {_ms(min(totals))}-{_ms(max(totals))} ms")
+    elif runs:
+        notes.append(f"stored: {runs[0]['measured_at'] or 'time not recorded'}, "
+                     f"{runs[0]['source']}")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def main() -> int:
     from cdmpp.e2e.networks import BENCHMARK_NETWORKS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", default=None,
                         help="a model name or directory (repeatable; default: default)")
-    parser.add_argument("--networks", default=",".join(BENCHMARK_NETWORKS))
-    parser.add_argument("--batches", default="1,4")
+    parser.add_argument("--networks", default=None,
+                        help="comma-separated (default: the five built-ins; with "
+                             "--measured-from, every network those runs measured)")
+    parser.add_argument("--batches", default=None, help="comma-separated (default: 1,4)")
     parser.add_argument("--tuning-db", default=None)
     parser.add_argument("--kernels", action="store_true", help="also time every kernel alone")
     parser.add_argument("--no-measure", action="store_true",
@@ -197,8 +277,10 @@ def main() -> int:
                              "known to have two, waits this long for the other "
                              "(src/cdmpp/measure/placement.py; 0: never)")
     parser.add_argument("--json", default=None, metavar="OUT")
-    parser.add_argument("--measured-from", default=None, metavar="OUT",
-                        help="no runs: compare with the totals an earlier --json OUT measured")
+    parser.add_argument("--measured-from", action="append", default=None, metavar="OUT",
+                        help="no runs: compare with the totals an earlier --json OUT measured "
+                             "(repeatable; also a `cdmpp e2e --measure --json` file; the "
+                             "committed ones: benchmarks/measured/)")
     args = parser.parse_args()
 
     import torch
@@ -216,30 +298,32 @@ def main() -> int:
     set_threads(device.threads)
     stored = (None if args.measured_from is None else
               stored_measurements(args.measured_from, device.device_id, args.tuning_db))
+    batches = None if args.batches is None else [int(b) for b in args.batches.split(",")]
+    if args.networks is None and stored is not None:  # every network the stored runs measured
+        configs = [key for key in stored if batches is None or key[1] in batches]
+    else:
+        networks = (args.networks or ",".join(BENCHMARK_NETWORKS)).split(",")
+        configs = [(n, b) for n in networks for b in batches or (1, 4)]
+    if stored is not None:  # before hours of lowering and predicting, not after
+        missing = [f"{n} batch {b}" for n, b in configs if (Path(n).name, b) not in stored]
+        if missing:
+            raise SystemExit(f"{', '.join(args.measured_from)}: no measurement of "
+                             f"{', '.join(missing)}")
     rows = []
-    for name in args.networks.split(","):
-        for batch in (int(b) for b in args.batches.split(",")):
-            rows.append(run_one(models, name, batch, kernels=args.kernels,
-                                tuning_db=tuning_db, device=device,
-                                measure=not (args.no_measure or stored is not None),
-                                both_placements_s=args.both_placements))
-            if stored is not None:
-                key = (rows[-1]["network"], batch)
-                if key not in stored:
-                    raise SystemExit(f"{args.measured_from} has no measurement of {name} "
-                                     f"batch {batch}")
-                rows[-1] = with_stored_measurement(rows[-1], stored[key])
-            r = rows[-1]
-            measured = ("not measured" if r["measured_s"] is None else
-                        f"measured {'in ' + args.measured_from + ' ' if stored else ''}"
-                        f"{_ms(r['measured_s'])} ms (reference kernel "
-                        f"x{r['host_slowdown']:.2f} its best on this device"
-                        + "".join(f"; {s} {_ms(t)} ms" for s, t in r["by_placement"].items())
-                        + ")")
-            print(f"{name} batch {batch}: {measured}; predicted "
-                  + ", ".join(f"{m} {_ms(p['predicted_s'])} ms"
-                              + (f" ({_pct(p['error_rel'])})" if p["error_rel"] is not None else "")
-                              for m, p in r["by_model"].items()), file=sys.stderr, flush=True)
+    for name, batch in configs:
+        rows.append(run_one(models, name, batch, kernels=args.kernels,
+                            tuning_db=tuning_db, device=device,
+                            measure=not (args.no_measure or stored is not None),
+                            both_placements_s=args.both_placements))
+        if stored is not None:
+            rows[-1] = with_stored_measurement(rows[-1], stored[(rows[-1]["network"], batch)])
+        r = rows[-1]
+        measured = ("not measured" if r["measured_s"] is None else
+                    f"measured {_ms(r['measured_s'])} ms{_measured_how(r)}")
+        print(f"{name} batch {batch}: {measured}; predicted "
+              + ", ".join(f"{m} {_ms(p['predicted_s'])} ms"
+                          + (f" ({_pct(p['error_rel'])})" if p["error_rel"] is not None else "")
+                          for m, p in r["by_model"].items()), file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

@@ -71,3 +71,69 @@ def test_a_missing_or_foreign_file_is_a_clear_error(bench, tmp_path):
     (tmp_path / "other.json").write_text('{"rows": []}')
     with pytest.raises(SystemExit, match="other.json is not the --json"):
         bench.stored_measurements(str(tmp_path / "other.json"), "aaaa", None)
+
+
+def test_a_network_measured_in_several_runs_is_compared_with_their_mean(bench, tmp_path):
+    early, late = tmp_path / "early.json", tmp_path / "late.json"
+    early.write_text(json.dumps({"device_id": "aaaa", "tuning_db": None, "rows": [
+        {**STORED, "measured_at": "00:24-00:44 UTC"}, {**STORED, "batch": 4, "measured_s": 8.0}]}))
+    late.write_text(json.dumps({"device_id": "aaaa", "tuning_db": None, "rows": [
+        {**STORED, "measured_s": 2.4, "measured_kernels_replay_s": None,
+         "host_slowdown": 1.15, "measured_at": "12:30-12:33 UTC"}]}))
+    stored = bench.stored_measurements([str(early), str(late)], "aaaa", None)
+    both = stored[("resnet18", 1)]
+    assert both["measured_s"] == pytest.approx(2.2)
+    assert [r["measured_s"] for r in both["measured_runs"]] == [2.0, 2.4]
+    assert [r["measured_at"] for r in both["measured_runs"]] == ["00:24-00:44 UTC",
+                                                                "12:30-12:33 UTC"]
+    assert both["host_slowdown"] == pytest.approx(1.1)  # both runs have it: their mean
+    # one run's kernel replay is not the mean's: a figure every run lacks is left out
+    assert both["measured_kernels_replay_s"] is None and both["by_placement"] == {}
+    # a network measured once keeps its run's own figures
+    assert stored[("resnet18", 4)]["measured_s"] == 8.0
+    assert stored[("resnet18", 4)]["by_placement"] == {"near": 2.0, "far": 2.4}
+    row = bench.with_stored_measurement(predicted_row(new=1.98), both)
+    assert row["by_model"]["new"]["error_rel"] == pytest.approx(-0.1)
+    assert "mean of 2 stored runs, 2000.00-2400.00 ms" in bench._measured_how(row)
+
+
+def test_the_json_of_cdmpp_e2e_measure_is_a_stored_run(bench, tmp_path):
+    one = {"network": "gpt2", "batch": 4, "device_id": "aaaa", "predicted_s": 130.0,
+           "measured_s": 145.6, "measured_kernels_replay_s": 133.0,
+           "measured_kernels_median_replay_s": 145.3, "in_network_replay_s": 149.7,
+           "kernels": [{"name": "k", "tuned": False}],
+           "measurement": {"host_slowdown": 1.03, "by_placement": {"fast-memory": 145.6},
+                           "started_utc": "2026-11-28T10:25:00+00:00",
+                           "ended_utc": "2026-11-28T11:04:00+00:00"}}
+    path = tmp_path / "e2e_gpt2_b4.json"
+    path.write_text(json.dumps(one))
+    row = bench.stored_measurements(str(path), "aaaa", None)[("gpt2", 4)]
+    assert row["measured_s"] == 145.6 and row["measured_kernels_median_replay_s"] == 145.3
+    assert row["host_slowdown"] == 1.03 and row["by_placement"] == {"fast-memory": 145.6}
+    assert row["measured_runs"][0]["measured_at"] == \
+        "2026-11-28T10:25:00+00:00 - 2026-11-28T11:04:00+00:00"
+    with pytest.raises(SystemExit, match="device aaaa"):
+        bench.stored_measurements(str(path), "bbbb", None)
+    # a tuned network's e2e JSON does not say which database: refused, not guessed
+    path.write_text(json.dumps({**one, "kernels": [{"name": "k", "tuned": True}]}))
+    with pytest.raises(SystemExit, match="does not say which tuning database"):
+        bench.stored_measurements(str(path), "aaaa", None)
+
+
+MEASURED = SCRIPT.parent / "measured"
+
+
+@pytest.mark.parametrize("path", sorted(MEASURED.glob("*.json")), ids=lambda p: p.name)
+def test_the_committed_measured_totals_are_well_formed(bench, path):
+    from cdmpp.e2e.networks import NETWORKS
+
+    data = json.loads(path.read_text())
+    device_id, kind = path.stem.split("-", 1)
+    assert data["device_id"] == device_id and kind == "untuned" and data["tuning_db"] is None
+    assert data["rows"], f"{path.name} holds no measurement"
+    for r in data["rows"]:
+        assert r["network"] in NETWORKS and r["batch"] in (1, 4), r
+        assert r["measured_s"] > 0 and r["measured_at"] and r["source"], r
+    # loaded as the benchmark loads them, each network once
+    stored = bench.stored_measurements(str(path), device_id, None)
+    assert len(stored) == len({(r["network"], r["batch"]) for r in data["rows"]})

@@ -93,6 +93,11 @@ def test_measure_network_times_the_network_and_each_kernel(lowered, device, tmp_
     inside = m.in_network_s()
     assert set(inside) == set(m.kernel_s()) and all(t > 0 for t in inside.values())
     assert m.to_json()["in_network_s"] == inside
+    # when it was timed, in UTC: a total is comparable only with its hour on a shared host
+    from datetime import datetime
+
+    start, end = (datetime.fromisoformat(m.to_json()[k]) for k in ("started_utc", "ended_utc"))
+    assert start.utcoffset().total_seconds() == 0 and start <= end
 
 
 def test_unknown_network_names_the_choices():

@@ -116,6 +116,28 @@ def test_kernels_median_times_alone_are_replayed_beside_their_best(lowered):
     assert "median times alone" not in format_table(r)
 
 
+def test_the_table_says_when_the_network_was_timed(lowered):
+    from dataclasses import replace
+
+    from cdmpp.e2e.measure import NetworkMeasurement
+    from cdmpp.e2e.report import format_table
+    from cdmpp.types import Measurement, PassStats
+
+    r, *_ = _tiny_mlp_predicted(lowered)
+    timing = Measurement((4e-5,), (PassStats((4e-5,), 1.0),))
+    m = NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, {},
+                           started_utc="2026-11-28T15:18:10+00:00",
+                           ended_utc="2026-11-28T15:58:03+00:00")
+    assert "measured   0.04 ms (timed 2026-11-28 15:18-15:58 UTC)" in \
+        format_table(r.with_measurement(m))
+    overnight = replace(m, ended_utc="2026-11-29T00:10:00+00:00")
+    assert "(timed 2026-11-28 15:18-2026-11-29 00:10 UTC)" in \
+        format_table(r.with_measurement(overnight))
+    # a measurement that does not say (made before it was recorded) prints the total alone
+    assert "measured   0.04 ms\n" in format_table(r.with_measurement(
+        replace(m, started_utc=None, ended_utc=None)))
+
+
 def test_json_has_the_stated_keys(lowered):
     r = predict_network(StubEstimator(), lowered("tiny_branch"), overhead=None)
     d = json.loads(json.dumps(r.to_json()))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Mapping
 
 import numpy as np
@@ -54,6 +55,10 @@ class NetworkMeasurement:
     # profiled inferences (`profile_in_network`); empty unless kernels were timed
     in_network: Mapping[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
     in_network_runs: int = 0
+    # when it was timed (UTC, ISO 8601): the shared host drifts over the day, so a measured
+    # total is only comparable with the hour it was taken in
+    started_utc: str | None = None
+    ended_utc: str | None = None
 
     @property
     def host_slowdown(self) -> float | None:
@@ -120,6 +125,7 @@ class NetworkMeasurement:
                 "probe_best_s": self.probe_best_s, "probe_worst_s": self.probe_worst_s,
                 "by_placement": self.by_placement(),
                 "in_network_runs": self.in_network_runs,
+                "started_utc": self.started_utc, "ended_utc": self.ended_utc,
                 "in_network_s": self.in_network_s(),
                 "in_network_calls_s": {k: list(v) for k, v in self.in_network.items()}}
 
@@ -246,6 +252,7 @@ def _measure_network(net, device, protocol, kernels, seed, executable,
     from cdmpp.measure.reference import remember_reference
     from cdmpp.measure.timing import Protocol, Timer, random_args
 
+    started = _utc_now()
     protocol = replace(protocol or Protocol(), memory_probe=True)
     exe = executable if executable is not None else net.build()
     inputs = random_inputs(net.mod, seed)  # timed whole, then profiled call by call
@@ -293,7 +300,11 @@ def _measure_network(net, device, protocol, kernels, seed, executable,
     return NetworkMeasurement(net.name, net.batch, device.device_id, device.threads, network,
                               per_kernel, failed, timer.ref_best_s,
                               remember_reference(device.device_id, timer.ref_best_s),
-                              best, worst, in_network, runs)
+                              best, worst, in_network, runs, started, _utc_now())
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _in_the_other_placement(timer, program, network: Measurement, device_id: str,

@@ -44,6 +44,15 @@ def placement_lines(measurement) -> list[str]:
     return []
 
 
+def _when(measurement) -> str:
+    """' (timed 2026-11-28 15:18-15:58 UTC)', or '' when the measurement does not say."""
+    start, end = (getattr(measurement, k, None) for k in ("started_utc", "ended_utc"))
+    if not start or not end:
+        return ""
+    until = end[11:16] if start[:10] == end[:10] else f"{end[:10]} {end[11:16]}"
+    return f" (timed {start[:10]} {start[11:16]}-{until} UTC)"
+
+
 def format_table(result, top: int = 10) -> str:
     """Predicted (and measured) total, error, and the top kernels by predicted time."""
     name = result.network + (f" (batch {result.batch})" if result.batch else "")
@@ -51,7 +60,7 @@ def format_table(result, top: int = 10) -> str:
              f"{sum(k.kind != 'builtin' for k in result.kernels)} distinct kernels",
              f"predicted  {_ms(result.predicted_s)} ms"]
     if result.measured_s is not None:
-        lines.append(f"measured   {_ms(result.measured_s)} ms")
+        lines.append(f"measured   {_ms(result.measured_s)} ms{_when(result.measurement)}")
         lines.append(f"error      {100 * result.error_rel:+.1f}%")
         lines += slow_host_warning(result.measurement)
         lines += placement_lines(result.measurement)
