@@ -230,7 +230,8 @@ def table(rows) -> str:
                           if r["by_model"][m][against] is not None]
                 if errors:
                     lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
-                                 f" worst {100 * max(errors):.1f}% over {len(errors)} networks")
+                                 f" worst {100 * max(errors):.1f}% over {len(errors)} networks,"
+                                 f" within 10% {sum(e <= 0.10 for e in errors)} of {len(errors)}")
             for state in sorted({s for r in rows for s in r["by_placement"]}):
                 errors = [r["by_model"][m]["predicted_s"] / r["by_placement"][state] - 1
                           for r in rows if state in r["by_placement"]]

@@ -45,6 +45,7 @@ def test_each_model_is_judged_against_the_stored_total(bench):
     text = bench.table([row])
     assert "-10.0%" in text and "+10.0%" in text  # the main error column and the other model's
     assert "new vs measured: mean |error| 10.0%" in text
+    assert "over 1 networks, within 10% 1 of 1" in text  # the target's own count
 
 
 def test_a_different_network_or_an_unmeasured_one_is_refused(bench):
