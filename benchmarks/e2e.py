@@ -258,12 +258,26 @@ def _measured_how(row: dict) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
+def model_and_device(name: str, local_id: str) -> tuple:
+    """(model spec, for_device) of a --model value: "zen3" predicts for the device the model
+    was fitted for; "zen3@local" for this machine's, "zen3@<device id>" for that device's (a
+    multi-device model knows every device it was trained on)."""
+    import re
+
+    spec, at, device = name.rpartition("@")
+    if at and (device == "local" or re.fullmatch(r"[0-9a-f]{16}", device)):
+        return spec, (local_id if device == "local" else device)
+    return name, None
+
+
 def main() -> int:
     from cdmpp.e2e.networks import BENCHMARK_NETWORKS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", default=None,
-                        help="a model name or directory (repeatable; default: default)")
+                        help="a model name or directory (repeatable; default: default); "
+                             "NAME@local predicts for this machine's device, NAME@ID for "
+                             "device ID (one the multi-device model was trained on)")
     parser.add_argument("--networks", default=None,
                         help="comma-separated (default: the five built-ins; with "
                              "--measured-from, every network those runs measured)")
@@ -294,8 +308,11 @@ def main() -> int:
     torch.set_num_threads(1)  # torch only exports; the cores are TVM's
     tuning_db = open_tuning_database(args.tuning_db)  # once for all networks (~5 s each open)
     names = args.model or ["default"]
-    models = {m: load_estimator(m) for m in names}
     device = local_device()
+    models = {}
+    for m in names:
+        spec, for_device = model_and_device(m, device.device_id)
+        models[m] = load_estimator(spec, for_device=for_device)
     set_threads(device.threads)
     stored = (None if args.measured_from is None else
               stored_measurements(args.measured_from, device.device_id, args.tuning_db))

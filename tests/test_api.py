@@ -133,8 +133,10 @@ def test_predict_network_refuses_what_it_cannot_import(stored_overhead):
 def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead, monkeypatch):
     from cdmpp.model import registry
 
-    monkeypatch.setattr(registry, "load_estimator", lambda spec: FixedEstimator())
+    monkeypatch.setattr(registry, "load_estimator",
+                        lambda spec, for_device=None: FixedEstimator())
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
+    monkeypatch.setattr(registry, "device_vectors", lambda spec: {})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cdmpp.predict_network("tiny_mlp", model="somewhere")
@@ -156,6 +158,23 @@ def test_predict_programs_names_a_model_of_another_device_too(sample_programs, m
         cdmpp.predict_programs(programs[:1], model="default", target=records[0].target)
     notes = [w for w in caught if "fitted for device 0123456789abcdef" in str(w.message)]
     assert len(notes) == 1 and notes[0].filename == __file__  # points at the caller
+
+
+def test_load_model_for_device_asks_a_multi_device_model_about_it(sample_programs):
+    from cdmpp.model import registry
+
+    _, _, programs = sample_programs
+    zen4 = registry.fitted_device_id("default")
+    as_zen4 = cdmpp.load_model("zen3", for_device=zen4)
+    vector = registry.device_vectors("zen3")[zen4]
+    np.testing.assert_allclose(
+        cdmpp.predict_programs(programs[:2], model="zen3", for_device=zen4),
+        cdmpp.predict_programs(programs[:2], model=as_zen4), rtol=1e-6)
+    # zen3: one transformer and its default-program expert, both asked about Zen 4
+    assert np.allclose(as_zen4.model_.device_vector_, vector)
+    assert np.allclose(as_zen4.expert_.device_vector_, vector)
+    with pytest.raises(ValueError, match="not a loaded estimator"):
+        cdmpp.load_model(as_zen4, for_device=zen4)
 
 
 def _short(device):

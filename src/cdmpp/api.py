@@ -18,23 +18,30 @@ import sys
 import warnings
 
 
-def load_model(model=None):
+def load_model(model=None, *, for_device: str | None = None):
     """A fitted estimator. `model`: None (the shipped model fitted for this machine, else
     "default", as `cdmpp predict` and `cdmpp e2e` choose), a shipped name ("default", "zen5",
     "emeraldrapids", "zen3", "xgb", "ensemble"), a directory written by `save_estimator`, or an
-    estimator (returned as is)."""
-    from cdmpp.model.registry import for_device, load_estimator
+    estimator (returned as is). `for_device`: the device id to predict for, or "local" for
+    this machine's (default: the device the model was fitted for); a multi-device model knows
+    every device of its training data (`cdmpp.model.registry.device_vectors`)."""
+    from cdmpp.model.registry import for_device as shipped_for, load_estimator
 
     if model is not None and not isinstance(model, (str, os.PathLike)):
         if not callable(getattr(model, "predict", None)):
             raise TypeError(f"model must be a name, a directory or an estimator with "
                             f"predict(); got {type(model).__name__}")
+        if for_device is not None:
+            raise ValueError("for_device needs a model name or directory (its training "
+                             "devices are in its estimator.json), not a loaded estimator")
         return model
-    if model is None:
+    if model is None or for_device == "local":
         from cdmpp.device import local_device
 
-        model = for_device(local_device().device_id)
-    return load_estimator(model)
+        here = local_device().device_id
+        model = shipped_for(here) if model is None else model
+        for_device = here if for_device == "local" else for_device
+    return load_estimator(model, for_device=for_device)
 
 
 def _check_static_shapes(program, i: int) -> None:
@@ -83,29 +90,29 @@ def _programs_as_kernels(programs, default=False):
     return kernels
 
 
-def predict_programs(programs, *, model=None, target=None, default=False):
+def predict_programs(programs, *, model=None, target=None, default=False, for_device=None):
     """Predicted seconds (float64 array, one per program) of TIR programs: PrimFuncs (scheduled,
     default or a network's fused kernel), IRModules holding one PrimFunc, or Schedules.
     `target`: what they are compiled for (default: this machine). `default`: True (for all, or
     one flag per program) where a program is its task's default, unscheduled PrimFunc, as
     TVM's default pipeline builds it: a model with a default-program expert
-    (`model.default_expert`) blends the expert in there. A program that cannot be featurized
-    is an error naming its index."""
+    (`model.default_expert`) blends the expert in there. `for_device`: as in `load_model`. A
+    program that cannot be featurized is an error naming its index."""
     import numpy as np
 
     from cdmpp.e2e.predict import predict_kernels
-    from cdmpp.model.registry import for_device
+    from cdmpp.model.registry import for_device as shipped_for
 
     kernels = _programs_as_kernels(programs, default)  # bad input fails before a model loads
     if target is None or model is None:
         from cdmpp.device import local_device
 
         device = local_device()
-        if target is None:  # predicting for this machine: say so if the model is another's
+        if target is None and for_device is None:  # for this machine: say if another's
             _note_other_device(model, device)
-            target = device.target
-        model = for_device(device.device_id) if model is None else model
-    estimator = load_model(model)
+        target = device.target if target is None else target
+        model = shipped_for(device.device_id) if model is None else model
+    estimator = load_model(model, for_device=for_device)
     seconds = predict_kernels(estimator, kernels, target)
     return np.array([seconds[k.name] for k in kernels], dtype=np.float64)
 
@@ -172,7 +179,7 @@ def _relax_module(network, inputs, batch):
 
 def predict_network(network, inputs=None, *, batch: int | None = None, model=None,
                     tuning_db=None, measure: bool = False, threads: int | None = None,
-                    log=None):
+                    log=None, for_device: str | None = None):
     """Predict a whole network on this machine: an `E2EResult` (`predicted_s`, `kernels`
     largest first, `critical_path_kernels()`, `to_json()`; with `measure`, `measured_s` and
     `error_rel` too), as `cdmpp e2e` prints it.
@@ -183,19 +190,23 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     `tuning_db`: a meta_schedule database whose best records TVM applies. `measure`: also time
     the network with TVM's VM here. `threads`: the threads it runs with (default: all cores).
     `log`: a callable that gets progress lines. When the model was fitted for another device, a
-    warning says so: the latencies are that device's."""
+    warning says so: the latencies are that device's. `for_device`: as in `load_model`
+    ("local": this machine, which a multi-device model such as "zen3" knows)."""
     from cdmpp.device import local_device
     from cdmpp.e2e.pipeline import run_network
-    from cdmpp.model.registry import for_device
+    from cdmpp.model.registry import for_device as shipped_for
 
     if batch is not None and batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     device = local_device(threads=threads)
     spec = model
     if spec is None:
-        spec = for_device(device.device_id)
-    estimator = load_model(spec)
-    _note_other_device(spec, device, stacklevel=3)
+        spec = shipped_for(device.device_id)
+    if for_device == "local":
+        for_device = device.device_id
+    estimator = load_model(spec, for_device=for_device)
+    if for_device is None:
+        _note_other_device(spec, device, stacklevel=3)
     name, batch, mod = _relax_module(network, inputs, batch)
     return run_network(mod, estimator, device, name=name, batch=batch, tuning_db=tuning_db,
                        measure=measure, log=log)

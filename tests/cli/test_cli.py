@@ -93,6 +93,18 @@ def test_env_says_whether_the_shipped_model_is_for_this_device():
     assert fitted_device_id("default") in other
 
 
+def test_env_names_the_models_of_other_devices_that_know_this_one():
+    from cdmpp.cli.env_cmd import also_knowing_line
+    from cdmpp.model.registry import fitted_device_id
+
+    zen4 = also_knowing_line(fitted_device_id("default"))  # every multi-device model's data
+    assert "zen5, emeraldrapids, zen3" in zen4 and "--for-device local" in zen4
+    zen3 = fitted_device_id("zen3")  # only zen3 was trained on Zen 3's records
+    assert also_knowing_line(zen3) is None
+    assert "emeraldrapids, zen3" in also_knowing_line(fitted_device_id("zen5"))
+    assert also_knowing_line("0123456789abcdef") is None
+
+
 def test_db_reports_bad_lines(dense_db, capsys):
     with open(dense_db / "database_tuning_record.json", "a") as f:
         f.write("[0, [[[], []], [NaN], {}, []]]\n")

@@ -246,3 +246,31 @@ def test_default_programs_are_flagged_for_the_model(tmp_path):
     result = predict.predict_databases(model, [str(db)], store=tmp_path / "store", workers=1)
     flagged = [p.record_index for p, f in zip(result.predictions, model.default) if f]
     assert flagged == [len(lines)] and len(result.predictions) == len(lines) + 1
+
+
+def test_for_device_predicts_for_a_device_the_model_was_trained_on(trained, fixture_dbs,
+                                                                     tmp_path, capsys):
+    from cdmpp.model.registry import device_vectors, fitted_device_id, load_estimator
+    from cdmpp.predict import predict_databases
+
+    _, store = trained
+    zen4 = fitted_device_id("default")
+    assert zen4 in device_vectors("zen3")  # zen3 was trained on four CPUs' records
+    dbs = [str(db) for db in fixture_dbs]
+    args = ["predict", "--model", "zen3", "--store", str(store), "--workers", "1",
+            "--no-progress"] + [a for db in dbs for a in ("--db", db)]
+    assert main(args + ["--out", str(tmp_path / "z4.csv"), "--for-device", zen4]) == 0
+    assert main(args + ["--out", str(tmp_path / "z3.csv")]) == 0
+    capsys.readouterr()
+    as_zen4 = [float(r["predicted_latency_s"]) for r in _read(tmp_path / "z4.csv")[1]]
+    as_zen3 = [float(r["predicted_latency_s"]) for r in _read(tmp_path / "z3.csv")[1]]
+    expected = predict_databases(load_estimator("zen3", for_device=zen4), dbs, store=store,
+                                 workers=1, progress=False)
+    np.testing.assert_allclose(as_zen4, [p.predicted_latency_s for p in expected.predictions],
+                               rtol=1e-6)
+    assert not np.allclose(as_zen4, as_zen3, rtol=1e-2, atol=0)
+
+    code = main(args + ["--out", str(tmp_path / "x.csv"), "--for-device", "0123456789abcdef"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot predict for device 0123456789abcdef" in err and zen4 in err
+    assert not (tmp_path / "x.csv").exists()

@@ -134,9 +134,20 @@ def test_for_device_trains_on_every_device_and_predicts_for_the_one_asked(tmp_pa
     on_two = labeled(store, samples, rows, with_device=True).programs
     plain = labeled(store, samples, rows).programs  # no device vectors: "the model's device"
     np.testing.assert_array_equal(model.predict(plain), model.predict(on_two))
-    on_one = on_two.with_device(labeled(store, samples, [ids.index(one_id)],
-                                        with_device=True).programs.device[0])
+    one_vector = labeled(store, samples, [ids.index(one_id)], with_device=True).programs.device[0]
+    on_one = on_two.with_device(one_vector)
     assert not np.array_equal(model.predict(on_one), model.predict(on_two))
+
+    # every training device's vector is kept, and --for-device asks the same weights about it
+    vectors = meta["trained_on"]["device_vectors"]
+    assert sorted(vectors) == sorted([one_id, two_id])
+    np.testing.assert_allclose(vectors[one_id], one_vector, rtol=1e-6)
+    as_one = load_estimator(tmp_path / "m", for_device=one_id)
+    np.testing.assert_allclose(as_one.predict(plain), model.predict(on_one), rtol=1e-6)
+    np.testing.assert_array_equal(load_estimator(tmp_path / "m", for_device=two_id)
+                                  .predict(plain), model.predict(plain))
+    with pytest.raises(ValueError, match=f"knows {min(one_id, two_id)}, {max(one_id, two_id)}"):
+        load_estimator(tmp_path / "m", for_device="0000000000000000")
 
 
 def test_for_device_refuses_an_absent_device_and_device_beside_it(tmp_path, capsys):

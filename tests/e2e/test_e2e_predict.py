@@ -181,11 +181,20 @@ def test_a_kernel_cdmpp_cannot_featurize_needs_a_given_duration(device):
 
 
 @pytest.fixture
-def cli_env(monkeypatch, tmp_path, stored_overhead):
+def model_loads() -> list:
+    """(spec, for_device) of each model `cdmpp e2e` loads under `cli_env`."""
+    return []
+
+
+@pytest.fixture
+def cli_env(monkeypatch, tmp_path, stored_overhead, model_loads):
     """`cdmpp e2e` with the stub estimator and a stored overhead calibration (no timing)."""
     from cdmpp.model import registry
 
-    monkeypatch.setattr(registry, "load_estimator", lambda spec: StubEstimator())
+    asked = model_loads
+    monkeypatch.setattr(registry, "load_estimator", lambda spec, for_device=None: asked.append(
+        (spec, for_device)) or StubEstimator())
+    monkeypatch.setattr(registry, "read_meta", lambda spec: {"path": str(spec)})
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
     return tmp_path
 
@@ -208,6 +217,21 @@ def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
     assert d["predicted_s"] == pytest.approx(2 * (1e-4 + 1e-6) + 1e-6)
     assert all(k["measured_s"] > 0 for k in d["kernels"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_for_device_asks_the_model_about_that_device(cli_env, model_loads, capsys):
+    from cdmpp.cli.main import main
+    from cdmpp.device import local_device
+
+    here = local_device().device_id
+    args = ["e2e", "--network", "tiny_mlp", "--model", "stub", "--plot", "none"]
+    assert main(args + ["--for-device", "local"]) == 0
+    assert model_loads == [("stub", here)]
+    assert "fitted for device" not in capsys.readouterr().err  # it predicts for this one
+    assert main(args + ["--for-device", "fedcba9876543210"]) == 0
+    assert model_loads[-1] == ("stub", "fedcba9876543210")
+    assert f"predicting for device fedcba9876543210 (--for-device), not this machine's {here}" \
+        in capsys.readouterr().err
 
 
 def test_cli_top_limits_the_kernel_rows(cli_env, capsys):

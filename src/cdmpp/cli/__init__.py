@@ -53,6 +53,19 @@ def model_help(default: str) -> str:
             f"directory written by cdmpp train or cdmpp calibrate (default: {default})")
 
 
+def add_for_device_argument(p, default: str) -> None:
+    """--for-device: the device a multi-device model predicts for (`load_estimator`)."""
+    p.add_argument("--for-device", default=None, metavar="ID",
+                   help="the device to predict for: a device id the model was trained on "
+                        "(a multi-device model such as zen3 knows every CPU of its training "
+                        "data), or 'local' for this machine's (default: " + default + ")")
+
+
+def resolve_for_device(value: str | None, local_id) -> str | None:
+    """--for-device's device id; `local_id()` gives this machine's for 'local'."""
+    return local_id() if value == "local" else value
+
+
 def add_network_arguments(p) -> None:
     """--network NAME | --onnx FILE, and --batch: the network `cdmpp e2e` and `cdmpp tune` take."""
     from cdmpp.e2e.networks import NETWORKS

@@ -46,6 +46,9 @@ def run(args) -> int:
     print()
     print(describe(device))
     print(shipped_model_line(device.device_id))
+    also = also_knowing_line(device.device_id)
+    if also:
+        print(also)
     from cdmpp.measure.placement import describe_placements
 
     print(describe_placements(device.device_id))
@@ -65,3 +68,14 @@ def shipped_model_line(device_id: str) -> str:
         return f"model      {name}: the shipped model fitted for this device"
     return (f"model      {name}, fitted for device {fitted}, not this one: its predictions are "
             "that device's latencies (`cdmpp calibrate` fits it here)")
+
+
+def also_knowing_line(device_id: str) -> str | None:
+    """The shipped models of other devices that know this one too (`--for-device local`)."""
+    from cdmpp.model.registry import also_knowing
+
+    names = also_knowing(device_id)
+    if not names:
+        return None
+    return (f"           also trained on this device's records: {', '.join(names)} "
+            "(with --for-device local they predict for it)")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from cdmpp.cli import model_help, non_negative_int, positive_int
+from cdmpp.cli import (add_for_device_argument, model_help, non_negative_int, positive_int,
+                       resolve_for_device)
 
 
 def add_parser(subparsers) -> None:
@@ -18,6 +19,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", default=None, metavar="MODEL",
                    help=model_help("the shipped cdmpp model fitted for "
                                    "the databases' one device, else default"))
+    add_for_device_argument(p, "the device the model was fitted for")
     p.add_argument("--db", action="append", default=None, metavar="DIR",
                    help="a database directory, or a folder of them (repeatable; default: the "
                         "shipped sample data, held out from the shipped models' training)")
@@ -43,8 +45,13 @@ def run(args) -> int:
     if spec is None:
         spec = model_for(devices)
         print(f"model: {spec} (shipped)", file=sys.stderr)
-    model = load_estimator(spec)  # before any extraction: a bad --model fails fast
-    for note in device_notes(spec, devices):
+    target_device = resolve_for_device(args.for_device, _local_device_id)
+    # before any extraction: a bad --model or --for-device fails fast
+    model = load_estimator(spec, for_device=target_device)
+    notes = (device_notes(spec, devices) if target_device is None else
+             [f"note: predicting for device {target_device} (--for-device), not the "
+              f"databases' {d}" for d in devices if d != target_device])
+    for note in notes:
         print(note, file=sys.stderr)
     result = predict_databases(model, dbs, store=args.store, workers=args.workers,
                                progress=not args.no_progress and sys.stderr.isatty())
@@ -56,6 +63,12 @@ def run(args) -> int:
     print(result.summary())
     print(f"wrote {path}")
     return 0
+
+
+def _local_device_id() -> str:
+    from cdmpp.device import local_device
+
+    return local_device().device_id
 
 
 def database_devices(dbs) -> dict:

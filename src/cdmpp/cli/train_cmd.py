@@ -169,8 +169,12 @@ def run_train(args) -> int:
         trained_on["default_expert"] = {"records": int(is_default.sum()),
                                         "expert_weight": model.expert_weight_}
     if with_device:
-        trained_on["devices"] = {device: c["records"]
-                                 for device, c in device_counts(samples).items()}
+        counts = device_counts(samples)
+        trained_on["devices"] = {device: c["records"] for device, c in counts.items()}
+        # each device's vector as the model learned it: `--for-device` at prediction time
+        # asks the same weights about any of them (model.retarget)
+        trained_on["device_vectors"] = {
+            device: device_vector_of(store, samples, device).tolist() for device in counts}
     save_estimator(model, args.out, trained_on=trained_on)
     import shutil
 

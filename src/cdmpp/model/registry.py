@@ -216,7 +216,8 @@ def read_meta(spec: str | Path) -> dict:
     return dict(meta, path=str(path))
 
 
-def load_estimator(spec: str | Path, *, check_features: bool = True):
+def load_estimator(spec: str | Path, *, check_features: bool = True,
+                   for_device: str | None = None):
     """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
     XGBoost baseline), "ensemble" (the shipped geometric mean of cdmpp and XGBoost on latency
     per work), "zen5" (fitted for the Zen 5 VM), "emeraldrapids" (fitted for the Intel Xeon
@@ -224,7 +225,9 @@ def load_estimator(spec: str | Path, *, check_features: bool = True):
     `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
 
     With `check_features`, a model trained on another feature-extractor version is refused:
-    its inputs would not mean what it learned.
+    its inputs would not mean what it learned. `for_device`: the device id to predict for
+    (default: the one the model was fitted for); a multi-device model predicts any device it
+    was trained on (`device_vectors`), and another is refused with the ids it knows.
     """
     meta = read_meta(spec)
     path = Path(meta["path"])
@@ -238,11 +241,44 @@ def load_estimator(spec: str | Path, *, check_features: bool = True):
     if not model_path.exists():
         raise FileNotFoundError(f"{path} has {META_FILE} but no {MODEL_NAME} "
                                 "(the model's own files): the directory is incomplete")
+    vector = None
+    if for_device is not None:  # an unknown device fails before the weights are read
+        vector = _vector_for(spec, meta, str(for_device))
     try:
-        return estimator_class(meta["kind"]).load(model_path)
+        estimator = estimator_class(meta["kind"]).load(model_path)
     except Exception as e:  # any reader's error (JSON, torch, numpy, xgboost): name the model
         raise ValueError(f"{path}: its model files cannot be read ({type(e).__name__}: {e}); "
                          "the directory is damaged or incomplete: train or save it again") from e
+    if vector is None:
+        return estimator
+    from cdmpp.model.retarget import with_device_vector
+
+    return with_device_vector(estimator, vector)
+
+
+def device_vectors(spec: str | Path) -> dict:
+    """{device_id: device vector (list of floats)} of every device a multi-device model was
+    trained on (`trained_on["device_vectors"]`, written by `cdmpp train --for-device`); {} for
+    a model trained on one device."""
+    vectors = (read_meta(spec).get("trained_on") or {}).get("device_vectors") or {}
+    return {str(k): [float(x) for x in v] for k, v in vectors.items()}
+
+
+def _vector_for(spec, meta: dict, device_id: str):
+    """The device vector `load_estimator(for_device=device_id)` sets, or None when that is
+    the device the model is fitted for (nothing to change)."""
+    trained_on = meta.get("trained_on") or {}
+    if str(trained_on.get("device_id")) == device_id:
+        return None
+    known = device_vectors(spec)
+    if device_id in known:
+        return known[device_id]
+    fitted = trained_on.get("device_id")
+    knows = sorted(set(known) | ({str(fitted)} if fitted else set()))
+    raise ValueError(f"model {spec} cannot predict for device {device_id}: it knows "
+                     + (", ".join(knows) if knows else "no device id")
+                     + ". `cdmpp calibrate --model MODEL --out DIR` on that device fits one "
+                     "to it (docs/cross_device.md)")
 
 
 def fitted_device_id(spec: str | Path) -> str | None:
@@ -260,9 +296,25 @@ def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> 
     if fitted is None or fitted == device_id:
         return None
     about = f" ({device_name})" if device_name else ""
-    return (f"note: model {spec} was fitted for device {fitted}, not {device_id}{about}: "
-            "its latencies are those of its own device. `cdmpp calibrate --out DIR` fits it "
-            "to this one (docs/cross_device.md)")
+    head = (f"note: model {spec} was fitted for device {fitted}, not {device_id}{about}: "
+            "its latencies are those of its own device. ")
+    if device_id in device_vectors(spec):
+        return head + ("It was trained on this device's records too: --for-device "
+                       f"{device_id} predicts for this one (docs/cross_device.md)")
+    return head + "`cdmpp calibrate --out DIR` fits it to this one (docs/cross_device.md)"
+
+
+def also_knowing(device_id: str) -> list[str]:
+    """The shipped multi-device models fitted for another device that were trained on
+    `device_id`'s records too: `--for-device` makes them predict for it."""
+    names = []
+    for name in DEVICE_MODELS:
+        try:
+            if fitted_device_id(name) != device_id and device_id in device_vectors(name):
+                names.append(name)
+        except FileNotFoundError:  # a name not shipped in this build
+            continue
+    return names
 
 
 def for_device(device_id: str) -> str:
