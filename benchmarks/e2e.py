@@ -258,15 +258,17 @@ def _measured_how(row: dict) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def model_and_device(name: str, local_id: str) -> tuple:
-    """(model spec, for_device) of a --model value: "zen3" predicts for the device the model
-    was fitted for; "zen3@local" for this machine's, "zen3@<device id>" for that device's (a
-    multi-device model knows every device it was trained on)."""
+def model_and_device(name: str) -> tuple:
+    """(model spec, --for-device value or None) of a --model value: "zen3" predicts for the
+    device the model was fitted for; "zen3@local" for this machine (zero-shot if the model
+    never saw it), "zen3@<device id>" for a device it was trained on, "zen3@<device.json>" for
+    that device (`cdmpp.cli.resolve_for_device`)."""
     import re
 
     spec, at, device = name.rpartition("@")
-    if at and (device == "local" or re.fullmatch(r"[0-9a-f]{16}", device)):
-        return spec, (local_id if device == "local" else device)
+    if at and (device == "local" or re.fullmatch(r"[0-9a-f]{16}", device)
+               or Path(device).exists()):
+        return spec, device
     return name, None
 
 
@@ -276,8 +278,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", default=None,
                         help="a model name or directory (repeatable; default: default); "
-                             "NAME@local predicts for this machine's device, NAME@ID for "
-                             "device ID (one the multi-device model was trained on)")
+                             "NAME@local predicts for this machine's device (zero-shot when "
+                             "the model never saw it), NAME@ID for device ID (one the "
+                             "multi-device model was trained on), NAME@DEVICE_JSON for that one")
     parser.add_argument("--networks", default=None,
                         help="comma-separated (default: the five built-ins; with "
                              "--measured-from, every network those runs measured)")
@@ -303,7 +306,7 @@ def main() -> int:
     from cdmpp.device import local_device
     from cdmpp.e2e.kernels import open_tuning_database
     from cdmpp.measure.collect import set_threads
-    from cdmpp.model.registry import load_estimator
+    from cdmpp.model.registry import load_estimator, resolve_for_device
 
     torch.set_num_threads(1)  # torch only exports; the cores are TVM's
     tuning_db = open_tuning_database(args.tuning_db)  # once for all networks (~5 s each open)
@@ -311,8 +314,9 @@ def main() -> int:
     device = local_device()
     models = {}
     for m in names:
-        spec, for_device = model_and_device(m, device.device_id)
-        models[m] = load_estimator(spec, for_device=for_device)
+        spec, for_device = model_and_device(m)
+        models[m] = load_estimator(spec, for_device=resolve_for_device(
+            for_device, spec, lambda: device.device_id))
     set_threads(device.threads)
     stored = (None if args.measured_from is None else
               stored_measurements(args.measured_from, device.device_id, args.tuning_db))

@@ -22,10 +22,12 @@ def load_model(model=None, *, for_device: str | None = None):
     """A fitted estimator. `model`: None (the shipped model fitted for this machine, else
     "default", as `cdmpp predict` and `cdmpp e2e` choose), a shipped name ("default", "zen5",
     "emeraldrapids", "zen3", "xgb", "ensemble"), a directory written by `save_estimator`, or an
-    estimator (returned as is). `for_device`: the device id to predict for, or "local" for
-    this machine's (default: the device the model was fitted for); a multi-device model knows
-    every device of its training data (`cdmpp.model.registry.device_vectors`)."""
-    from cdmpp.model.registry import for_device as shipped_for, load_estimator
+    estimator (returned as is). `for_device`: the device to predict for (default: the one the
+    model was fitted for): a device id the model was trained on (a multi-device model knows
+    every device of its training data, `cdmpp.model.registry.device_vectors`), "local" (this
+    machine; zero-shot from its measured device vector when the model never saw it), a
+    device.json path, or a `cdmpp.device.Device`."""
+    from cdmpp.model.registry import for_device as shipped_for, load_estimator, resolve_for_device
 
     if model is not None and not isinstance(model, (str, os.PathLike)):
         if not callable(getattr(model, "predict", None)):
@@ -40,8 +42,8 @@ def load_model(model=None, *, for_device: str | None = None):
 
         here = local_device().device_id
         model = shipped_for(here) if model is None else model
-        for_device = here if for_device == "local" else for_device
-    return load_estimator(model, for_device=for_device)
+    return load_estimator(model, for_device=resolve_for_device(for_device, model,
+                                                               lambda: here))
 
 
 def _check_static_shapes(program, i: int) -> None:
@@ -194,7 +196,7 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     ("local": this machine, which a multi-device model such as "zen3" knows)."""
     from cdmpp.device import local_device
     from cdmpp.e2e.pipeline import run_network
-    from cdmpp.model.registry import for_device as shipped_for
+    from cdmpp.model.registry import for_device as shipped_for, resolve_for_device
 
     if batch is not None and batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
@@ -202,8 +204,8 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     spec = model
     if spec is None:
         spec = shipped_for(device.device_id)
-    if for_device == "local":
-        for_device = device.device_id
+    if for_device == "local":  # this machine, at the threads asked
+        for_device = resolve_for_device("local", spec, lambda: device.device_id, threads)
     estimator = load_model(spec, for_device=for_device)
     if for_device is None:
         _note_other_device(spec, device, stacklevel=3)

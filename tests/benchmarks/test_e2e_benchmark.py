@@ -140,10 +140,12 @@ def test_the_committed_measured_totals_are_well_formed(bench, path):
     assert len(stored) == len({(r["network"], r["batch"]) for r in data["rows"]})
 
 
-def test_a_model_name_may_say_which_device_it_predicts_for(bench):
-    here = "beb308d09a4ac277"
-    assert bench.model_and_device("zen3", here) == ("zen3", None)
-    assert bench.model_and_device("zen3@local", here) == ("zen3", here)
-    assert bench.model_and_device("zen3@7566cfb52e598ab7", here) == ("zen3", "7566cfb52e598ab7")
+def test_a_model_name_may_say_which_device_it_predicts_for(bench, tmp_path):
+    assert bench.model_and_device("zen3") == ("zen3", None)
+    assert bench.model_and_device("zen3@local") == ("zen3", "local")
+    assert bench.model_and_device("zen3@7566cfb52e598ab7") == ("zen3", "7566cfb52e598ab7")
+    (tmp_path / "device.json").write_text("{}")
+    assert bench.model_and_device(f"zen3@{tmp_path}/device.json") == (
+        "zen3", f"{tmp_path}/device.json")
     # an '@' that names no device is part of a directory's name
-    assert bench.model_and_device("runs/m@v2", here) == ("runs/m@v2", None)
+    assert bench.model_and_device("runs/m@v2") == ("runs/m@v2", None)

@@ -274,3 +274,22 @@ def test_for_device_predicts_for_a_device_the_model_was_trained_on(trained, fixt
     err = capsys.readouterr().err
     assert code == 2 and "cannot predict for device 0123456789abcdef" in err and zen4 in err
     assert not (tmp_path / "x.csv").exists()
+
+    # a device it never saw, by its device.json (the collector's, with measured figures):
+    # zero-shot from its vector
+    from cdmpp.device import Device, device_id
+
+    d = json.loads((FIXTURES / "device_epyc_2c.json").read_text())
+    d.update(threads=1, peak_gflops=300.0, memory_gbps=40.0)
+    d["device_id"] = device_id(d)
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "device.json").write_text(json.dumps(d))
+    assert main(args + ["--out", str(tmp_path / "new.csv"), "--for-device",
+                        str(tmp_path / "new")]) == 0
+    new = [float(r["predicted_latency_s"]) for r in _read(tmp_path / "new.csv")[1]]
+    expected = predict_databases(load_estimator("zen3", for_device=Device.from_json(d)), dbs,
+                                 store=store, workers=1, progress=False)
+    np.testing.assert_allclose(new, [p.predicted_latency_s for p in expected.predictions],
+                               rtol=1e-6)
+    assert main(args + ["--out", str(tmp_path / "y.csv"), "--for-device", str(FIXTURES)]) == 2
+    assert "a directory without device.json" in capsys.readouterr().err

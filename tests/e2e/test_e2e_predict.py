@@ -219,18 +219,32 @@ def test_cli_prints_the_table_and_writes_json_and_png(cli_env, capsys):
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_cli_for_device_asks_the_model_about_that_device(cli_env, model_loads, capsys):
+def test_cli_for_device_asks_the_model_about_that_device(cli_env, model_loads, capsys,
+                                                         monkeypatch):
+    import dataclasses
+
     from cdmpp.cli.main import main
     from cdmpp.device import local_device
+    from cdmpp.measure import microbench
+    from cdmpp.model import registry
 
-    here = local_device().device_id
+    here = local_device()
     args = ["e2e", "--network", "tiny_mlp", "--model", "stub", "--plot", "none"]
+    # a model trained on this device's records: asked by its id
+    monkeypatch.setattr(registry, "device_vectors", lambda spec: {here.device_id: [1.0] * 9})
     assert main(args + ["--for-device", "local"]) == 0
-    assert model_loads == [("stub", here)]
-    assert "fitted for device" not in capsys.readouterr().err  # it predicts for this one
+    assert model_loads == [("stub", here.device_id)]
+    assert "note:" not in capsys.readouterr().err  # it predicts for this one
+    # one that never saw it: zero-shot, from this machine measured once
+    measured = dataclasses.replace(here, peak_gflops=200.0, memory_gbps=30.0)
+    monkeypatch.setattr(registry, "device_vectors", lambda spec: {})
+    monkeypatch.setattr(microbench, "measured_local_device", lambda threads=None: measured)
+    assert main(args + ["--for-device", "local"]) == 0
+    assert model_loads[-1] == ("stub", measured)
+    assert "zero-shot, from its measured device vector" in capsys.readouterr().err
     assert main(args + ["--for-device", "fedcba9876543210"]) == 0
     assert model_loads[-1] == ("stub", "fedcba9876543210")
-    assert f"predicting for device fedcba9876543210 (--for-device), not this machine's {here}" \
+    assert f"predicting for device fedcba9876543210 (--for-device), not this machine's {here.device_id}" \
         in capsys.readouterr().err
 
 

@@ -44,3 +44,42 @@ def test_the_best_round_is_kept(monkeypatch):
     monkeypatch.setattr(mb, "ROUNDS", 3)
     measured = measure_device(local_device(threads=1))
     assert (measured.peak_gflops, measured.memory_gbps) == (229.8, 41.0)
+
+
+def test_measured_local_device_measures_once_and_keeps_the_figures(tmp_path, monkeypatch):
+    import dataclasses
+
+    from cdmpp.measure import collect
+    from cdmpp.measure.microbench import measured_local_device
+
+    calls = []
+
+    def fake_measure(device):  # the figures' meaning is tested above; here, the caching
+        calls.append(device.device_id)
+        return dataclasses.replace(device, peak_gflops=210.5, memory_gbps=33.25)
+
+    monkeypatch.setattr(collect, "measure_device", fake_measure)
+    first = measured_local_device(threads=1, root=tmp_path)
+    again = measured_local_device(threads=1, root=tmp_path)
+    assert calls == [first.device_id] and first == again
+    assert (first.peak_gflops, first.memory_gbps) == (210.5, 33.25)
+    assert first.device_id == local_device(threads=1).device_id
+
+
+def test_the_overhead_calibration_keeps_a_measured_device_json(tmp_path):
+    import dataclasses
+
+    from cdmpp.device import load_device, save_device
+    from cdmpp.e2e import overhead
+    from cdmpp.e2e.replay import CallOverhead
+    from cdmpp.paths import device_dir
+
+    device = local_device(threads=1)
+    directory = device_dir(device.device_id, tmp_path)
+    directory.mkdir(parents=True)
+    save_device(directory, dataclasses.replace(device, peak_gflops=210.5, memory_gbps=33.25))
+    cal = overhead.OverheadCalibration(device.device_id, 1, CallOverhead(1e-6, 1e-7, 1e-6),
+                                       overhead.METHOD_VERSION, "2026-01-01T00:00:00+00:00",
+                                       (1, 2), (1e-6, 2e-6), (1e-6, 1e-6), 1e-8, {})
+    overhead.save_overhead(cal, device, root=tmp_path)
+    assert load_device(directory).peak_gflops == 210.5  # not replaced by the unmeasured one

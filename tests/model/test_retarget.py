@@ -82,3 +82,59 @@ def test_mismatch_note_points_to_for_device_when_the_model_knows_the_device():
     note = registry.device_mismatch("zen3", zen4)
     assert f"--for-device {zen4}" in note and "calibrate" not in note
     assert "calibrate" in registry.device_mismatch("zen3", "0123456789abcdef")
+
+
+def _device(threads: int, peak_gflops: float = 300.0, memory_gbps: float = 40.0):
+    """The Zen 4 fixture device.json with `threads` (another device id unless 2), measured
+    figures, and the memory size of the VMs the models were trained on (all 2^4.557 GiB)."""
+    import json
+    from pathlib import Path
+
+    from cdmpp.device import Device, device_id
+
+    d = json.loads((Path(__file__).parents[1] / "fixtures" / "device_epyc_2c.json").read_text())
+    zen4 = registry.device_vectors("zen5")[registry.fitted_device_id("default")]
+    d.update(threads=threads, peak_gflops=peak_gflops, memory_gbps=memory_gbps,
+             memory_bytes=int(round(2 ** zen4[6] * 2**30)))
+    d["device_id"] = device_id(d)
+    return Device.from_json(d)
+
+
+def test_a_device_the_model_never_saw_is_predicted_zero_shot_from_its_vector():
+    import warnings
+
+    from cdmpp.device import device_vector
+
+    programs = _programs()
+    plain = registry.load_estimator("zen5")
+    new = _device(threads=1)  # zen5 was trained on two CPUs, both with 2 threads
+    assert new.device_id not in registry.device_vectors("zen5")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        zero_shot = registry.load_estimator("zen5", for_device=new)
+    np.testing.assert_allclose(zero_shot.predict(programs),
+                               plain.predict(programs.with_device(device_vector(new))),
+                               rtol=1e-6)
+    assert [str(w.message).split(" in ")[-1].split(":")[0] for w in caught] == ["threads"]
+    # a device it knows is asked by its id: the vector it learned, not the one given
+    known = _device(threads=2)
+    assert known.device_id == registry.fitted_device_id("default")
+    np.testing.assert_array_equal(
+        registry.load_estimator("zen5", for_device=known).predict(programs),
+        registry.load_estimator("zen5", for_device=known.device_id).predict(programs))
+
+
+def test_zero_shot_needs_the_measured_figures():
+    with pytest.raises(ValueError, match="peak FLOP/s and memory bandwidth are not measured"):
+        registry.load_estimator("zen3", for_device=_device(threads=1, peak_gflops=0.0))
+
+
+def test_outside_training_range_names_the_fields():
+    from cdmpp.model.retarget import outside_training_range
+
+    model = registry.load_estimator("zen3")
+    inside = registry.device_vectors("zen3")[registry.fitted_device_id("default")]
+    assert outside_training_range(model, inside) == []
+    far = list(inside)
+    far[0], far[-1] = 64.0, 0.0  # threads, log2 memory GB/s
+    assert outside_training_range(model, far) == ["threads", "log2_memory_gbps"]

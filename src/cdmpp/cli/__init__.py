@@ -55,15 +55,31 @@ def model_help(default: str) -> str:
 
 def add_for_device_argument(p, default: str) -> None:
     """--for-device: the device a multi-device model predicts for (`load_estimator`)."""
-    p.add_argument("--for-device", default=None, metavar="ID",
-                   help="the device to predict for: a device id the model was trained on "
-                        "(a multi-device model such as zen3 knows every CPU of its training "
-                        "data), or 'local' for this machine's (default: " + default + ")")
+    p.add_argument("--for-device", default=None, metavar="ID|local|DEVICE_JSON",
+                   help="the device to predict for: a device id the model was trained on (a "
+                        "multi-device model such as zen3 knows every CPU of its training "
+                        "data); 'local' for this machine (zero-shot from its measured device "
+                        "vector when the model never saw it); or a device.json written by "
+                        "cdmpp collect (or its directory) (default: " + default + ")")
 
 
-def resolve_for_device(value: str | None, local_id) -> str | None:
-    """--for-device's device id; `local_id()` gives this machine's for 'local'."""
-    return local_id() if value == "local" else value
+def for_device_note(spec, target, device) -> str | None:
+    """The note `cdmpp e2e` prints when its model does not predict for this machine's
+    `device`: fitted elsewhere (no --for-device), or asked about another device; and when it
+    predicts for this machine zero-shot."""
+    from cdmpp.device import short_name
+    from cdmpp.model.registry import device_mismatch
+
+    here = f"{device.device_id} ({short_name(device)})"
+    if target is None:
+        return device_mismatch(spec, device.device_id, short_name(device))
+    target_id = target if isinstance(target, str) else target.device_id
+    if target_id != device.device_id:
+        return f"note: predicting for device {target_id} (--for-device), not this machine's {here}"
+    if not isinstance(target, str):
+        return (f"note: {spec} was not trained on this device's records: predicting for {here} "
+                "zero-shot, from its measured device vector")
+    return None
 
 
 def add_network_arguments(p) -> None:

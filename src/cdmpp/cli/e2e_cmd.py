@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from cdmpp.cli import (add_for_device_argument, add_network_arguments, import_network_argument,
-                       model_help, non_negative_int, positive_int, resolve_for_device)
+from cdmpp.cli import (add_for_device_argument, add_network_arguments, for_device_note,
+                       import_network_argument, model_help, non_negative_int, positive_int)
 
 
 def add_parser(subparsers) -> None:
@@ -46,33 +46,23 @@ def _log(message: str) -> None:
 def run(args) -> int:
     import time
 
-    from cdmpp.model.registry import device_mismatch, for_device, load_estimator, read_meta
+    from cdmpp.model.registry import for_device, load_estimator, read_meta, resolve_for_device
 
     spec = args.model
-    if spec is not None:  # first: a missing model or an unknown device fails before TVM work
-        if args.for_device == "local":  # known once the device is
-            read_meta(spec)
-        else:
-            model = load_estimator(spec, for_device=args.for_device)
+    if spec is not None:  # first: a missing model fails before TVM work
+        read_meta(spec)
 
     from cdmpp.device import local_device, short_name
     from cdmpp.e2e.pipeline import run_network
     from cdmpp.e2e.report import format_table, plot_breakdown, write_json
 
     device = local_device(threads=args.threads)
-    target_device = resolve_for_device(args.for_device, lambda: device.device_id)
     if spec is None:
         spec = for_device(device.device_id)
         _log(f"model: {spec} (shipped)")
-    if args.model is None or args.for_device == "local":
-        model = load_estimator(spec, for_device=target_device)
-    if target_device is None:
-        note = device_mismatch(spec, device.device_id, short_name(device))
-    elif target_device != device.device_id:
-        note = (f"note: predicting for device {target_device} (--for-device), not this "
-                f"machine's {device.device_id} ({short_name(device)})")
-    else:
-        note = None
+    target = resolve_for_device(args.for_device, spec, lambda: device.device_id, args.threads)
+    model = load_estimator(spec, for_device=target)
+    note = for_device_note(spec, target, device)
     if note:
         _log(note)
     start = time.perf_counter()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cdmpp.cli import (add_for_device_argument, model_help, non_negative_int, positive_int,
-                       resolve_for_device)
+from cdmpp.cli import add_for_device_argument, model_help, non_negative_int, positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -36,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from cdmpp.model.registry import load_estimator
+    from cdmpp.model.registry import load_estimator, resolve_for_device
     from cdmpp.predict import predict_databases, sample_databases, write_predictions_csv
 
     dbs = args.db or sample_databases()
@@ -45,12 +44,13 @@ def run(args) -> int:
     if spec is None:
         spec = model_for(devices)
         print(f"model: {spec} (shipped)", file=sys.stderr)
-    target_device = resolve_for_device(args.for_device, _local_device_id)
+    target = resolve_for_device(args.for_device, spec, _local_device_id)
     # before any extraction: a bad --model or --for-device fails fast
-    model = load_estimator(spec, for_device=target_device)
-    notes = (device_notes(spec, devices) if target_device is None else
-             [f"note: predicting for device {target_device} (--for-device), not the "
-              f"databases' {d}" for d in devices if d != target_device])
+    model = load_estimator(spec, for_device=target)
+    target_id = target if target is None or isinstance(target, str) else target.device_id
+    notes = (device_notes(spec, devices) if target is None else
+             [f"note: predicting for device {target_id} (--for-device), not the "
+              f"databases' {d}" for d in devices if d != target_id])
     for note in notes:
         print(note, file=sys.stderr)
     result = predict_databases(model, dbs, store=args.store, workers=args.workers,

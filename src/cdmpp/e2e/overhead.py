@@ -172,8 +172,10 @@ def _calibrate_overhead(device, lengths, protocol) -> OverheadCalibration:
 
 
 def save_overhead(cal: OverheadCalibration, device=None, root: str | Path | None = None) -> Path:
-    """Write `overhead.json` (and the device's `device.json`, if given) atomically."""
-    from cdmpp.device import save_device
+    """Write `overhead.json` (and the device's `device.json`, if given and not there yet: one
+    there may hold the device's measured peak and bandwidth, `measured_local_device`)
+    atomically."""
+    from cdmpp.device import load_device, save_device
 
     directory = device_dir(cal.device_id, root)
     directory.mkdir(parents=True, exist_ok=True)
@@ -181,7 +183,9 @@ def save_overhead(cal: OverheadCalibration, device=None, root: str | Path | None
         if device.device_id != cal.device_id:
             raise ValueError(f"calibration of device {cal.device_id} cannot be stored with "
                              f"device {device.device_id}")
-        save_device(directory, device)
+        stored = load_device(directory)
+        if stored is None or not stored.peak_gflops:
+            save_device(directory, device)
     from cdmpp.atomic import write_text_atomic
 
     return write_text_atomic(directory / OVERHEAD_FILE, json.dumps(cal.to_json(), indent=1) + "\n")

@@ -54,6 +54,19 @@ def measure_device(device: Device) -> Device:
     return dataclasses.replace(device, peak_gflops=round(peak, 2), memory_gbps=round(memory, 2))
 
 
+def measured_local_device(threads: int | None = None, root=None) -> Device:
+    """This machine as a device with its peak FLOP/s and bandwidth: measured once (~3-5 s) and
+    kept in `<cache>/devices/<device_id>/device.json`, so every zero-shot prediction for it
+    reads the same figures (two measurements of one VM's bandwidth differed by 30%)."""
+    from cdmpp.device import local_device
+    from cdmpp.measure.collect import claim_measured_device
+    from cdmpp.paths import device_dir
+
+    here = local_device(threads)
+    device, _ = claim_measured_device(device_dir(here.device_id, root), threads)
+    return device
+
+
 def _lanes(device: Device) -> int:
     return max(device.vector_width_bits // (8 * _FLOAT_BYTES), 1)
 

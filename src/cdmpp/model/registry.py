@@ -216,8 +216,7 @@ def read_meta(spec: str | Path) -> dict:
     return dict(meta, path=str(path))
 
 
-def load_estimator(spec: str | Path, *, check_features: bool = True,
-                   for_device: str | None = None):
+def load_estimator(spec: str | Path, *, check_features: bool = True, for_device=None):
     """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
     XGBoost baseline), "ensemble" (the shipped geometric mean of cdmpp and XGBoost on latency
     per work), "zen5" (fitted for the Zen 5 VM), "emeraldrapids" (fitted for the Intel Xeon
@@ -225,9 +224,12 @@ def load_estimator(spec: str | Path, *, check_features: bool = True,
     `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
 
     With `check_features`, a model trained on another feature-extractor version is refused:
-    its inputs would not mean what it learned. `for_device`: the device id to predict for
-    (default: the one the model was fitted for); a multi-device model predicts any device it
-    was trained on (`device_vectors`), and another is refused with the ids it knows.
+    its inputs would not mean what it learned. `for_device`: the device to predict for
+    (default: the one the model was fitted for). A device id: one the model was trained on
+    (`device_vectors`; another is refused with the ids it knows). A `cdmpp.device.Device` with
+    its peak FLOP/s and bandwidth measured (a collector's device.json): a device the model knows
+    by its id, else zero-shot from its device vector, with a warning when that vector lies
+    outside the training devices' range.
     """
     meta = read_meta(spec)
     path = Path(meta["path"])
@@ -243,7 +245,7 @@ def load_estimator(spec: str | Path, *, check_features: bool = True,
                                 "(the model's own files): the directory is incomplete")
     vector = None
     if for_device is not None:  # an unknown device fails before the weights are read
-        vector = _vector_for(spec, meta, str(for_device))
+        vector = _vector_for(spec, meta, for_device)
     try:
         estimator = estimator_class(meta["kind"]).load(model_path)
     except Exception as e:  # any reader's error (JSON, torch, numpy, xgboost): name the model
@@ -251,9 +253,18 @@ def load_estimator(spec: str | Path, *, check_features: bool = True,
                          "the directory is damaged or incomplete: train or save it again") from e
     if vector is None:
         return estimator
-    from cdmpp.model.retarget import with_device_vector
+    from cdmpp.model.retarget import outside_training_range, with_device_vector
 
-    return with_device_vector(estimator, vector)
+    estimator = with_device_vector(estimator, vector)
+    if not isinstance(for_device, str) and str(for_device.device_id) not in device_vectors(spec):
+        import warnings
+
+        fields = outside_training_range(estimator, vector)
+        if fields:
+            warnings.warn(f"device {for_device.device_id} is outside the range of the devices "
+                          f"{spec} was trained on in {', '.join(fields)}: its zero-shot "
+                          "prediction extrapolates", stacklevel=2)
+    return estimator
 
 
 def device_vectors(spec: str | Path) -> dict:
@@ -264,21 +275,71 @@ def device_vectors(spec: str | Path) -> dict:
     return {str(k): [float(x) for x in v] for k, v in vectors.items()}
 
 
-def _vector_for(spec, meta: dict, device_id: str):
-    """The device vector `load_estimator(for_device=device_id)` sets, or None when that is
-    the device the model is fitted for (nothing to change)."""
+def knows_device(spec: str | Path, device_id: str) -> bool:
+    """Whether `spec` was fitted for `device_id` or trained on its records."""
+    return device_id == fitted_device_id(spec) or device_id in device_vectors(spec)
+
+
+def resolve_for_device(value: str | None, spec, local_device_id, threads=None):
+    """What `load_estimator(for_device=...)` takes for a --for-device `value` (None, "local", a
+    device id, a device.json or its directory) and model `spec`: None; a device id; or a
+    `Device`: the device.json's, or for "local" when `spec` does not know this machine
+    (`local_device_id()`), this machine measured once (`measured_local_device`)."""
+    from pathlib import Path
+
+    if value is None or not isinstance(value, (str, os.PathLike)):  # None, or a Device
+        return value
+    value = str(value)
+    if value == "local":
+        here = local_device_id()
+        if knows_device(spec, here):
+            return here
+        from cdmpp.measure.microbench import measured_local_device
+
+        return measured_local_device(threads)
+    path = Path(value)
+    if not path.exists():
+        return value
+    import json
+
+    from cdmpp.device import DEVICE_FILE, Device
+
+    file = path / DEVICE_FILE if path.is_dir() else path
+    try:
+        return Device.from_json(json.loads(file.read_text()), source=str(file))
+    except FileNotFoundError:
+        raise ValueError(f"device {value}: a directory without {DEVICE_FILE}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"device {value}: {file} is not JSON ({e})") from None
+
+
+def _vector_for(spec, meta: dict, device):
+    """The device vector `load_estimator(for_device=device)` sets (a device id, or a Device),
+    or None when that is the device the model is fitted for (nothing to change)."""
+    device_id = device if isinstance(device, str) else str(device.device_id)
     trained_on = meta.get("trained_on") or {}
     if str(trained_on.get("device_id")) == device_id:
         return None
     known = device_vectors(spec)
     if device_id in known:
         return known[device_id]
-    fitted = trained_on.get("device_id")
-    knows = sorted(set(known) | ({str(fitted)} if fitted else set()))
-    raise ValueError(f"model {spec} cannot predict for device {device_id}: it knows "
-                     + (", ".join(knows) if knows else "no device id")
-                     + ". `cdmpp calibrate --model MODEL --out DIR` on that device fits one "
-                     "to it (docs/cross_device.md)")
+    if isinstance(device, str):
+        fitted = trained_on.get("device_id")
+        knows = sorted(set(known) | ({str(fitted)} if fitted else set()))
+        raise ValueError(f"model {spec} cannot predict for device {device_id}: it knows "
+                         + (", ".join(knows) if knows else "no device id")
+                         + ". For another device, give its device.json (written by `cdmpp "
+                         "collect` there, with its measured peak and bandwidth) to predict "
+                         "zero-shot, or fit the model to it with `cdmpp calibrate` "
+                         "(docs/cross_device.md)")
+    if not device.peak_gflops or not device.memory_gbps:
+        raise ValueError(f"device {device_id}: its peak FLOP/s and memory bandwidth are not "
+                         "measured, and a zero-shot prediction needs them (the collector "
+                         "measures them into device.json; `--for-device local` measures this "
+                         "machine)")
+    from cdmpp.device import device_vector
+
+    return [float(x) for x in device_vector(device)]
 
 
 def fitted_device_id(spec: str | Path) -> str | None:

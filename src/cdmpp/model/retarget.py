@@ -4,7 +4,8 @@ A model trained with device vectors (`cdmpp train --for-device`) predicts, for p
 carry none, the device it was fitted for (`device_vector_`). It learned every training
 device's latencies, each under that device's vector; those vectors are kept in its
 `trained_on["device_vectors"]`, and setting one of them here makes the same weights predict
-that device. Measured on the Zen 4 VM (docs/cross_device.md, "One model, the devices it
+that device. The vector of a device it never saw (measured by the collector) makes it predict
+that one zero-shot. Measured on the Zen 4 VM (docs/cross_device.md, "One model, the devices it
 knows"): `zen3`, fitted for a Zen 3 VM, put the untuned networks 10-43% above their Zen 4
 times; given the Zen 4 vector, 18 of 18 within 10%.
 """
@@ -75,3 +76,22 @@ def _copy_tree(estimator):
         if getattr(out, attr, None) is not None:
             setattr(out, attr, _copy_tree(getattr(out, attr)))
     return out
+
+
+def outside_training_range(estimator, vector) -> list[str]:
+    """The device-vector fields (`cdmpp.device.DEVICE_VECTOR_FIELDS`) where `vector` lies
+    outside the range of the devices a model was trained on (its saved min-max scaling):
+    there a zero-shot prediction extrapolates."""
+    from cdmpp.device import DEVICE_VECTOR_FIELDS
+
+    vector = np.asarray(vector, dtype=np.float64)
+    out: set = set()
+    for part in _device_parts(estimator):
+        low, high = getattr(part, "device_min_", None), getattr(part, "device_max_", None)
+        if low is None or high is None:
+            continue
+        span = np.maximum(np.asarray(high) - np.asarray(low), 1e-9)
+        # a hair of tolerance: the saved scaling went through float32
+        off = (vector < np.asarray(low) - 1e-4 * span) | (vector > np.asarray(high) + 1e-4 * span)
+        out.update(DEVICE_VECTOR_FIELDS[i] for i in np.flatnonzero(off))
+    return [f for f in DEVICE_VECTOR_FIELDS if f in out]
