@@ -285,8 +285,6 @@ def resolve_for_device(value: str | None, spec, local_device_id, threads=None):
     device id, a device.json or its directory) and model `spec`: None; a device id; or a
     `Device`: the device.json's, or for "local" when `spec` does not know this machine
     (`local_device_id()`), this machine measured once (`measured_local_device`)."""
-    from pathlib import Path
-
     if value is None or not isinstance(value, (str, os.PathLike)):  # None, or a Device
         return value
     value = str(value)
