@@ -136,7 +136,9 @@ def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead
     monkeypatch.setattr(registry, "load_estimator",
                         lambda spec, for_device=None: FixedEstimator())
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
-    monkeypatch.setattr(registry, "device_vectors", lambda spec: {})
+    shipped_vectors = registry.device_vectors
+    monkeypatch.setattr(registry, "device_vectors",
+                        lambda spec: {} if spec == "somewhere" else shipped_vectors(spec))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cdmpp.predict_network("tiny_mlp", model="somewhere")
@@ -144,7 +146,8 @@ def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead
     assert notes == [f"note: model somewhere was fitted for device 0123456789abcdef, not "
                      f"{stored_overhead.device_id} ({_short(stored_overhead)}): its latencies "
                      "are those of its own device. `cdmpp calibrate --out DIR` fits it to "
-                     "this one (docs/cross_device.md)"]
+                     "this one; --model zen3 --for-device local predicts it zero-shot, from "
+                     "its measured device vector (docs/cross_device.md)"]
 
 
 def test_predict_programs_names_a_model_of_another_device_too(sample_programs, monkeypatch):

@@ -81,7 +81,9 @@ def test_mismatch_note_points_to_for_device_when_the_model_knows_the_device():
     zen4 = registry.fitted_device_id("default")
     note = registry.device_mismatch("zen3", zen4)
     assert f"--for-device {zen4}" in note and "calibrate" not in note
-    assert "calibrate" in registry.device_mismatch("zen3", "0123456789abcdef")
+    unknown = registry.device_mismatch("zen3", "0123456789abcdef")
+    # a device no model knows: calibrate, or the model of the most devices, zero-shot
+    assert "calibrate" in unknown and "--model zen3 --for-device local" in unknown
 
 
 def _device(threads: int, peak_gflops: float = 300.0, memory_gbps: float = 40.0):
