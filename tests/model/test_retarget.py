@@ -140,3 +140,10 @@ def test_outside_training_range_names_the_fields():
     far = list(inside)
     far[0], far[-1] = 64.0, 0.0  # threads, log2 memory GB/s
     assert outside_training_range(model, far) == ["threads", "log2_memory_gbps"]
+
+
+def test_a_missing_device_json_is_named_not_taken_for_an_id(tmp_path):
+    missing = str(tmp_path / "device.json")
+    with pytest.raises(FileNotFoundError, match=f"device {missing}: no such device.json"):
+        registry.resolve_for_device(missing, "zen3", lambda: "unused")
+    assert registry.resolve_for_device("7566cfb52e598ab7", "zen3", lambda: "x") == "7566cfb52e598ab7"

@@ -52,7 +52,7 @@ def run(args) -> int:
     if spec is not None:  # first: a missing model fails before TVM work
         read_meta(spec)
 
-    from cdmpp.device import local_device, short_name
+    from cdmpp.device import local_device
     from cdmpp.e2e.pipeline import run_network
     from cdmpp.e2e.report import format_table, plot_breakdown, write_json
 

@@ -297,6 +297,8 @@ def resolve_for_device(value: str | None, spec, local_device_id, threads=None):
         return measured_local_device(threads)
     path = Path(value)
     if not path.exists():
+        if value.endswith(".json") or os.sep in value:  # meant as a file: say it is missing
+            raise FileNotFoundError(f"device {value}: no such device.json or directory")
         return value
     import json
 
@@ -372,11 +374,8 @@ def _widest_shipped() -> str | None:
     ask about a device no model knows (a model without Zen 4's records, asked about it
     zero-shot: 15 of 18 untuned networks within 10%, docs/cross_device.md)."""
     best, most = None, 1
-    for name in DEVICE_MODELS:
-        try:
-            n = len(device_vectors(name))
-        except FileNotFoundError:  # a name not shipped in this build
-            continue
+    for name in _shipped_device_models():
+        n = len(device_vectors(name))
         if n > most:
             best, most = name, n
     return best
@@ -385,24 +384,20 @@ def _widest_shipped() -> str | None:
 def also_knowing(device_id: str) -> list[str]:
     """The shipped multi-device models fitted for another device that were trained on
     `device_id`'s records too: `--for-device` makes them predict for it."""
-    names = []
-    for name in DEVICE_MODELS:
-        try:
-            if fitted_device_id(name) != device_id and device_id in device_vectors(name):
-                names.append(name)
-        except FileNotFoundError:  # a name not shipped in this build
-            continue
-    return names
+    return [name for name in _shipped_device_models()
+            if fitted_device_id(name) != device_id and device_id in device_vectors(name)]
+
+
+def _shipped_device_models() -> list[str]:
+    """The names of `DEVICE_MODELS` this build ships (a build may leave some out)."""
+    return [name for name in DEVICE_MODELS if (SHIPPED_DIR / SHIPPED[name] / META_FILE).is_file()]
 
 
 def for_device(device_id: str) -> str:
     """The name of the shipped cdmpp model fitted for `device_id` ("zen5" on the Zen 5 VM,
     "emeraldrapids" on the Intel one, "zen3" on the Zen 3 one), else "default": what
     `predict` and `e2e` use when no --model is given."""
-    for name in DEVICE_MODELS:
-        try:
-            if fitted_device_id(name) == device_id:
-                return name
-        except FileNotFoundError:  # a name not shipped in this build
-            continue
+    for name in _shipped_device_models():
+        if fitted_device_id(name) == device_id:
+            return name
     return "default"

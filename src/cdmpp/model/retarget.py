@@ -26,9 +26,8 @@ def _device_parts(estimator):
     """The parts of an estimator that read a device vector: a CDMPPRegressor with a device
     encoder, a baseline fitted with device vectors; an ensemble's members and a model with a
     default-program expert are walked into."""
-    for attr in ("members_",):
-        for member in getattr(estimator, attr, None) or ():
-            yield from _device_parts(member)
+    for member in getattr(estimator, "members_", None) or ():
+        yield from _device_parts(member)
     for attr in ("model_", "expert_"):
         part = getattr(estimator, attr, None)
         if part is not None:
