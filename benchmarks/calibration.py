@@ -11,7 +11,8 @@ Prints MAPE, median APE, share within 10%, top-1 score and pairwise ranking accu
 task, and the ratios to zero-shot and to the label noise
 floor of those records (targets: <= 0.7x zero-shot, <= 1.5x the noise floor). After each
 calibrated model, the simplest calibration for comparison: the base model's predictions times
-one factor (median measured / predicted over what that calibration measured).
+one factor (median measured / predicted over what that calibration measured), what
+`cdmpp calibrate --rescale` saves.
 """
 
 from __future__ import annotations
@@ -91,9 +92,11 @@ def rescale_factor(base, data, predict) -> float | None:
                else "a trained model, not a calibration run")
         print(f"(no rescale row: {why})", file=sys.stderr)
         return None
-    ratios = [p.measured_latency_s / p.predicted_latency_s for p in predict(base, data).values()
-              if p.measured_latency_s is not None and p.predicted_latency_s > 0]
-    return float(np.median(ratios)) if ratios else None
+    from cdmpp.model.scaled import median_ratio
+
+    pairs = [(p.measured_latency_s, p.predicted_latency_s) for p in predict(base, data).values()
+             if p.measured_latency_s is not None and p.predicted_latency_s > 0]
+    return median_ratio(*zip(*pairs)) if pairs else None  # what `calibrate --rescale` learns
 
 
 if __name__ == "__main__":

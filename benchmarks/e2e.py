@@ -20,8 +20,12 @@ the model's error on the kernels alone, free of the run-to-run drift of a measur
 `--no-measure` skips the runs (seconds per network instead of minutes). `--measured-from OUT`
 skips them too and compares the predictions with the totals an earlier run's `--json OUT`
 measured on this device (new models against one measurement; say when it was taken: the host
-drifts over the day). It is repeatable and also takes the `--json` of `cdmpp e2e --measure`; a
-network measured in several of them is compared with their mean. `benchmarks/measured/` keeps
+drifts over the day), or on a device a `--model` predicts for (the one it was fitted for, or
+the one `NAME@DEVICE` asks about: another CPU's
+totals judged from here: kernels lowered for this machine, which for untuned networks gives
+the same kernels and features on the four CPUs tried). It is repeatable and also takes the
+`--json` of `cdmpp e2e --measure`; a network measured in several of them is compared with
+their mean. `benchmarks/measured/` keeps
 the untuned totals measured on each CPU so far, so a new model is judged on one in minutes:
 
     python benchmarks/e2e.py --model zen3 --measured-from benchmarks/measured/7566cfb52e598ab7-untuned.json
@@ -165,12 +169,15 @@ def combined(runs: list[dict]) -> dict:
     return row
 
 
-def stored_measurements(paths, device_id: str, tuning_db) -> dict:
+def stored_measurements(paths, device_ids, tuning_db) -> dict:
     """(network, batch) -> one stored row, from earlier runs' --json files (a path or a list
-    of them; `cdmpp e2e --measure --json` outputs too), each checked to be this device's and
-    the same tuning database's. A network measured in several runs gets their mean
-    (`combined`)."""
+    of them; `cdmpp e2e --measure --json` outputs too), each checked to be of one of
+    `device_ids` (a device id or a set: this machine, or a device a model is asked about with
+    NAME@DEVICE) and of the same tuning database, all of one device. A network measured in
+    several runs gets their mean (`combined`)."""
+    allowed = {device_ids} if isinstance(device_ids, str) else set(device_ids)
     runs: dict[tuple[str, int], list[dict]] = {}
+    seen: dict[str, str] = {}  # device id -> the first file of it
     for path in [paths] if isinstance(paths, str) else paths:
         try:
             with open(path) as f:
@@ -178,9 +185,16 @@ def stored_measurements(paths, device_id: str, tuning_db) -> dict:
         except (OSError, ValueError) as e:
             raise SystemExit(f"{path}: cannot read it ({e})") from None
         rows = _rows_of(path, stored)
-        if stored["device_id"] != device_id:
+        if stored["device_id"] not in allowed:
             raise SystemExit(f"{path} was measured on device {stored['device_id']}, this is "
-                             f"{device_id}")
+                             f"{' or '.join(sorted(allowed))} (a model fitted for that device, or "
+                             f"asked about it: NAME@{stored['device_id']} or NAME@its "
+                             "device.json, may be compared with it)")
+        seen.setdefault(stored["device_id"], path)
+        if len(seen) > 1:  # a mean over two devices' totals would be no device's
+            raise SystemExit(f"{path} was measured on device {stored['device_id']}, "
+                             f"{seen[next(iter(seen))]} on {next(iter(seen))}: one device at "
+                             "a time")
         if _tuning_db_of(stored) != tuning_db:
             raise SystemExit(f"{path} was measured with --tuning-db {_tuning_db_of(stored)}, "
                              f"not {tuning_db}")
@@ -188,6 +202,21 @@ def stored_measurements(paths, device_id: str, tuning_db) -> dict:
             if r["measured_s"] is not None:
                 runs.setdefault((r["network"], r["batch"]), []).append({**r, "_file": path})
     return {key: combined(rs) for key, rs in runs.items()}
+
+
+def measured_device(paths) -> str | None:
+    """The device id of the first stored run (`stored_measurements` checked they agree)."""
+    path = paths if isinstance(paths, str) else paths[0]
+    with open(path) as f:
+        return json.load(f)["device_id"]
+
+
+def asked_device_id(for_device) -> str | None:
+    """The device id a resolved --for-device value names (an id, or a Device), or None."""
+    if for_device is None:
+        return None
+    return for_device if isinstance(for_device, str) else str(for_device.device_id)
+
 
 def _ms(x) -> str:
     return "" if x is None else f"{1e3 * x:.2f}"
@@ -306,20 +335,34 @@ def main() -> int:
     from cdmpp.device import local_device
     from cdmpp.e2e.kernels import open_tuning_database
     from cdmpp.measure.collect import set_threads
-    from cdmpp.model.registry import load_estimator, resolve_for_device
+    from cdmpp.model.registry import fitted_device_id, load_estimator, resolve_for_device
 
     torch.set_num_threads(1)  # torch only exports; the cores are TVM's
     tuning_db = open_tuning_database(args.tuning_db)  # once for all networks (~5 s each open)
     names = args.model or ["default"]
     device = local_device()
-    models = {}
+    models, asked = {}, {}
     for m in names:
         spec, for_device = model_and_device(m)
-        models[m] = load_estimator(spec, for_device=resolve_for_device(
-            for_device, spec, lambda: device.device_id))
+        resolved = resolve_for_device(for_device, spec, lambda: device.device_id)
+        models[m] = load_estimator(spec, for_device=resolved)
+        # the device it predicts for: the one asked, else the one it was fitted for
+        asked[m] = asked_device_id(resolved) or fitted_device_id(spec)
     set_threads(device.threads)
     stored = (None if args.measured_from is None else
-              stored_measurements(args.measured_from, device.device_id, args.tuning_db))
+              stored_measurements(args.measured_from,
+                                  {device.device_id, *filter(None, asked.values())},
+                                  args.tuning_db))
+    measured_on = device.device_id if stored is None else measured_device(args.measured_from)
+    if measured_on != device.device_id:
+        # another CPU's totals: the kernels are lowered here, for this machine's target, and
+        # replayed with this machine's per-call overhead (docs/cross_device.md, "Every CPU
+        # left out in turn": the untuned kernels' TIR and features are the same for the four)
+        blind = [m for m in names if asked[m] != measured_on]
+        print(f"measured on device {measured_on}, not this machine ({device.device_id}): "
+              f"kernels lowered for {device.target.get('mcpu')}, this machine's per-call "
+              "overhead" + (f"; {', '.join(blind)} predict for another device" if blind
+                            else ""), file=sys.stderr, flush=True)
     batches = None if args.batches is None else [int(b) for b in args.batches.split(",")]
     if args.networks is None and stored is not None:  # every network the stored runs measured
         configs = [key for key in stored if batches is None or key[1] in batches]
@@ -349,7 +392,9 @@ def main() -> int:
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device_id": device.device_id, "models": names,
+            # device_id: the device of the measured totals (a later --measured-from reads it)
+            json.dump({"device_id": measured_on, "lowered_on": device.device_id,
+                       "models": names,
                        "tuning_db": args.tuning_db, "rows": rows}, f, indent=1)
     return 0
 

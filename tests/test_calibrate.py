@@ -140,6 +140,34 @@ def measured_programs_of(data_dir):
     return measured_programs(data_dir, tasks)
 
 
+def test_rescale_measures_default_programs_and_saves_the_base_times_one_factor(base_model,
+                                                                              tmp_path):
+    from conftest import MATMUL_64, SOFTMAX_SMALL
+
+    from cdmpp.model.registry import load_estimator, read_meta
+    from cdmpp.model.scaled import ScaledRegressor, median_ratio
+
+    out = tmp_path / "rescaled"
+    config = CalibrateConfig(out=str(out), model=str(base_model), tasks=2, programs_per_task=0,
+                             rescale=True)
+    info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None,
+                     progress=False)
+    assert info["records"] == 2 and info["fine_tunes"] == 0  # the two default programs
+    model, base = load_estimator(out), load_estimator(base_model)
+    assert isinstance(model, ScaledRegressor) and read_meta(out)["kind"] == "scaled"
+    data = measured_programs_of(config.data_dir)
+    assert list(data.programs.default) == [True, True]  # flagged, as at prediction time
+    # the factor is the median measured / predicted of the base on what was measured here,
+    # and nothing else changed: the base's own predictions times it
+    assert info["rescale"] == pytest.approx(model.scale_)
+    assert model.scale_ == pytest.approx(median_ratio(data.latency_s,
+                                                      base.predict(data.programs)))
+    np.testing.assert_allclose(model.predict(data.programs),
+                               model.scale_ * base.predict(data.programs))
+    with pytest.raises(ValueError, match="nothing to adapt"):
+        CalibrateConfig(out=str(tmp_path / "x"), rescale=True, adapt="cmd")
+
+
 def test_budget_sizes_the_task_count_and_bad_input_is_clear(base_model, tmp_path):
     assert tasks_for_budget(10, 8) > tasks_for_budget(2, 8) >= 1
     with pytest.raises(ValueError, match="--tasks"):

@@ -14,6 +14,13 @@
    domain adaptation towards the default programs of every catalog task on this device, and
    save it: `cdmpp predict --model OUT`. With `tasks=0` nothing new is measured.
 
+With `rescale`, step 3 fine-tunes nothing: the base model, asked about this device (zero-shot
+from its device vector when the model never saw it), is multiplied by one factor, the median of
+measured / predicted over the programs measured (`model.scaled`). Measuring only the chosen
+tasks' default programs (`programs_per_task=0`, the CLI's default with --rescale), that takes
+about a minute and took the untuned networks of CPUs outside the training CPUs' range from
+21-41% off to 5-10% (docs/cross_device.md, "Every CPU left out in turn").
+
 A model with a device encoder remembers the device it was calibrated for
 (`CDMPPRegressor.device_vector_`), so predicting without device vectors means "this device".
 """
@@ -23,7 +30,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Measured collection speed on a 2-core VM (docs/measurement.md), to size k from a budget.
@@ -42,6 +49,11 @@ OVERBOOK = 3
 # three fine-tunings each, 4% (docs/cross_device.md, "How much a calibration moves with its
 # seed"). Each costs seconds of CPU.
 FINE_TUNES = 3
+# Tasks a rescale measures when given neither k nor a budget: their default programs, about a
+# minute. Simulated on four CPUs each left out of training, KMeans at k = 10 put a CPU's
+# networks 5-41% off by the seed (one factor from ten programs follows a few outliers), at
+# k = 20 5.2-9.8% (docs/cross_device.md, "Every CPU left out in turn").
+RESCALE_TASKS = 20
 
 
 @dataclass(frozen=True)
@@ -63,10 +75,17 @@ class CalibrateConfig:
     # collections measured on this device (same device id) to fine-tune on as well
     data: tuple = ()
     fine_tunes: int = FINE_TUNES  # fine-tunings of each base member, all kept (averaged)
+    # one factor on the base model for this device instead of fine-tuning (`model.scaled`)
+    rescale: bool = False
 
     def __post_init__(self):
         if self.fine_tunes < 1:
             raise ValueError(f"fine_tunes must be at least 1, not {self.fine_tunes}")
+        if self.programs_per_task < 0:
+            raise ValueError(f"programs_per_task must be at least 0, not "
+                             f"{self.programs_per_task}")
+        if self.rescale and self.adapt:
+            raise ValueError("rescale trains nothing, so there is nothing to adapt: drop adapt")
 
     @property
     def data_dir(self) -> Path:
@@ -196,6 +215,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
     from cdmpp.model.registry import check_output_dir, load_estimator, save_estimator
+    from cdmpp.model.scaled import unscaled
     from cdmpp.programs.catalog import select
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -210,7 +230,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         find_databases(path)  # a wrong --data fails before anything is written or measured
     check_output_dir(config.out)  # else found only when saving, after all the measuring
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
-    base = load_estimator(config.model)
+    base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
     members = cdmpp_members(base, config.model)
     first = members[0]
     # --data of another device is refused before anything is written (a database without
@@ -247,10 +267,15 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
                            (": raise the budget" if measure else ""))
-    model = fine_tuned_model(base, members, train.programs.with_device(vector),
-                             train.latency_s, config, vector,
-                             unlabeled=everything if config.adapt else None, log=log,
-                             progress=progress)
+    if config.rescale:
+        model = rescaled_model(config.model, device, vector, train.programs, train.latency_s)
+        log(f"rescaled {config.model} for device {device.device_id}: x{model.scale_:.3f}, the "
+            f"median of measured / predicted over {len(train.latency_s)} programs")
+    else:
+        model = fine_tuned_model(base, members, train.programs.with_device(vector),
+                                 train.latency_s, config, vector,
+                                 unlabeled=everything if config.adapt else None, log=log,
+                                 progress=progress)
     info = {"base_model": str(config.model), "device_id": device.device_id,
             "selection": config.selection if measure else None, "tasks": measured,
             "earlier_tasks": earlier,
@@ -258,13 +283,30 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_data": [str(d) for d in config.data],
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
-            "adapt": config.adapt, "fine_tunes": config.fine_tunes,
+            "adapt": config.adapt, "fine_tunes": 0 if config.rescale else config.fine_tunes,
+            **({"rescale": model.scale_} if config.rescale else {}),
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(model, config.out, trained_on=info)
-    log(f"saved {config.out}: fine-tuned on {info['records']} programs ({len(measured)} tasks "
+    log(f"saved {config.out}: {'rescaled' if config.rescale else 'fine-tuned'} on "
+        f"{info['records']} programs ({len(measured)} tasks "
         f"chosen now, {len(earlier)} more measured by earlier runs in {config.data_dir}, "
         f"{n_extra} programs from --data) in {info['minutes']} min")
     return info
+
+
+def rescaled_model(spec, device, vector, programs, latency_s):
+    """`ScaledRegressor` of model `spec` asked about `device` (its own vector when the model
+    was trained on it, else zero-shot from `device`'s; a model without a device encoder as it
+    is), its factor learned from `programs` measured here."""
+    from cdmpp.model.registry import knows_device, load_estimator
+    from cdmpp.model.scaled import ScaledRegressor, unscaled
+
+    if vector is None:
+        base = load_estimator(spec)
+    else:
+        here = device.device_id if knows_device(spec, device.device_id) else device
+        base = load_estimator(spec, for_device=here)
+    return ScaledRegressor(unscaled(base)).fit(programs, latency_s)
 
 
 def _check_data_devices(data, device_ids: tuple) -> None:
@@ -323,7 +365,7 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     naming the database: a calibration learns this device's latencies only."""
     import numpy as np
 
-    from cdmpp.dataset.loader import labeled
+    from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
     from cdmpp.measure.database import RECORD_FILE
@@ -346,4 +388,9 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
                 own.append(i)
         elif np.isfinite(latency[i]):
             others.append(i)
-    return labeled(store, samples, own + others), len(others)
+    rows = own + others
+    data = labeled(store, samples, rows)
+    # flagged as at prediction time, where a model's default-program expert joins on them: a
+    # rescale's factor is learned from the predictions it will scale
+    flags = default_program_mask(samples, rows)
+    return replace(data, programs=replace(data.programs, default=flags)), len(others)

@@ -66,6 +66,32 @@ def test_stored_runs_of_another_device_or_database_are_refused(bench, tmp_path):
         bench.stored_measurements(str(path), "aaaa", "work/kernels")
 
 
+def test_another_devices_runs_are_taken_for_a_model_asked_about_it_one_device_at_a_time(
+        bench, tmp_path):
+    zen5, zen3 = tmp_path / "zen5.json", tmp_path / "zen3.json"
+    for path, device, total in ((zen5, "aaaa", 2.0), (zen3, "cccc", 3.0)):
+        path.write_text(json.dumps({"device_id": device, "models": ["old"], "tuning_db": None,
+                                    "rows": [{**STORED, "measured_s": total}]}))
+    # this machine is bbbb; a model is asked about aaaa (NAME@aaaa)
+    stored = bench.stored_measurements(str(zen5), {"bbbb", "aaaa"}, None)
+    assert stored[("resnet18", 1)]["measured_s"] == 2.0
+    assert bench.measured_device([str(zen5)]) == "aaaa"
+    with pytest.raises(SystemExit, match="NAME@cccc"):  # no model asked about cccc
+        bench.stored_measurements(str(zen3), {"bbbb", "aaaa"}, None)
+    with pytest.raises(SystemExit, match="one device at a time"):  # no mean over two CPUs
+        bench.stored_measurements([str(zen5), str(zen3)], {"bbbb", "aaaa", "cccc"}, None)
+
+
+def test_the_device_a_model_is_asked_about(bench):
+    from cdmpp.device import Device
+
+    assert bench.asked_device_id(None) is None
+    assert bench.asked_device_id("8d19a00b08391ba3") == "8d19a00b08391ba3"
+    fixture = Path(__file__).parents[1] / "fixtures" / "device_epyc_2c.json"
+    device = Device.from_json(json.loads(fixture.read_text()))
+    assert bench.asked_device_id(device) == "beb308d09a4ac277"
+
+
 def test_a_missing_or_foreign_file_is_a_clear_error(bench, tmp_path):
     with pytest.raises(SystemExit, match="missing.json: cannot read it"):
         bench.stored_measurements(str(tmp_path / "missing.json"), "aaaa", None)

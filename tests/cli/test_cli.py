@@ -220,6 +220,14 @@ def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, 
     assert (seen[2].tasks, seen[2].selection, seen[2].adapt) == (3, "random", "mmd")
     assert (seen[2].adapt_weight, seen[2].budget_minutes) == (0.3, 2.0)
     assert seen[0].selection == "kmeans" and seen[0].adapt is None  # the defaults
+    assert seen[0].programs_per_task == 8 and not seen[0].rescale
+    # --rescale: the default programs alone, of RESCALE_TASKS tasks unless told otherwise
+    assert main(["calibrate", "--out", "m", "--rescale"]) == 0
+    assert (seen[3].rescale, seen[3].tasks, seen[3].programs_per_task) == (
+        True, cdmpp.calibrate.RESCALE_TASKS, 0)
+    assert main(["calibrate", "--out", "m", "--rescale", "--budget-minutes", "1",
+                 "--programs-per-task", "2"]) == 0
+    assert (seen[4].tasks, seen[4].budget_minutes, seen[4].programs_per_task) == (None, 1.0, 2)
     for budget in ("-1", "0", "nan"):
         with pytest.raises(SystemExit):
             main(["calibrate", "--out", "m", "--budget-minutes", budget])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cdmpp.calibrate import FINE_TUNES
+from cdmpp.calibrate import FINE_TUNES, RESCALE_TASKS
 from cdmpp.cli import csv_list, non_negative_int, positive_float, positive_int
 
 
@@ -14,7 +14,8 @@ def add_parser(subparsers) -> None:
         description="Embed every catalog task with the base model, choose the k most "
                     "representative (KMeans) or k random ones, measure them on this machine "
                     "within the budget, fine-tune the base model on them and save it. The "
-                    "result works with `cdmpp predict --model` and `cdmpp e2e --model`.")
+                    "result works with `cdmpp predict --model` and `cdmpp e2e --model`. With "
+                    "--rescale, one factor instead of fine-tuning (a minute, for a new CPU).")
     p.add_argument("--out", required=True, metavar="MODEL_DIR",
                    help="the calibrated model; its measurements go to MODEL_DIR.data/")
     p.add_argument("--model", default="default", metavar="BASE",
@@ -26,9 +27,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("--selection", choices=("kmeans", "random"), default="kmeans",
                    help="kmeans: the k tasks most representative of the catalog in the base "
                         "model's embedding (default); random: k tasks at random")
-    p.add_argument("--programs-per-task", type=positive_int, default=8, metavar="N",
+    p.add_argument("--programs-per-task", type=non_negative_int, default=None, metavar="N",
                    help="sampled programs measured per task, besides its default one "
-                        "(default: %(default)s)")
+                        "(default: 8; with --rescale 0, the default programs alone)")
+    p.add_argument("--rescale", action="store_true",
+                   help="fine-tune nothing: multiply the base model, asked about this device "
+                        "(zero-shot if it never saw it), by the median of measured / predicted "
+                        "over the programs measured (without --tasks or --budget-minutes: "
+                        f"{RESCALE_TASKS} tasks' default programs, about a minute). Fixes a new "
+                        "CPU's overall speed, not the order of its programs")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
                    help="domain adaptation towards every catalog task's default program here "
                         "(off by default: in the leave-one-device-out runs it helped little, and "
@@ -59,11 +66,16 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from cdmpp.calibrate import CalibrateConfig, calibrate
 
+    tasks = args.tasks
+    if args.rescale and tasks is None and args.budget_minutes is None:
+        tasks = RESCALE_TASKS
     info = calibrate(CalibrateConfig(
-        out=args.out, model=args.model, budget_minutes=args.budget_minutes, tasks=args.tasks,
-        programs_per_task=args.programs_per_task, selection=args.selection, adapt=args.adapt,
+        out=args.out, model=args.model, budget_minutes=args.budget_minutes, tasks=tasks,
+        programs_per_task=(args.programs_per_task if args.programs_per_task is not None
+                           else 0 if args.rescale else 8),
+        selection=args.selection, adapt=args.adapt,
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
         mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
-        data=tuple(args.data), fine_tunes=args.fine_tunes))
+        data=tuple(args.data), fine_tunes=args.fine_tunes, rescale=args.rescale))
     print(json.dumps(info, indent=1))
     return 0

@@ -35,6 +35,7 @@ KINDS = {
     "mlp": ("cdmpp.baselines.mlp", "MLPBaseline"),
     "ensemble": ("cdmpp.model.ensemble", "EnsembleRegressor"),
     "default_expert": ("cdmpp.model.default_expert", "DefaultExpertRegressor"),
+    "scaled": ("cdmpp.model.scaled", "ScaledRegressor"),
 }
 # names load_estimator resolves to a shipped directory (SHIPPED_DIR / name)
 SHIPPED = {"default": "default", "xgb": "xgb", "ensemble": "ensemble", "zen5": "zen5",
@@ -320,6 +321,11 @@ def _vector_for(spec, meta: dict, device):
     trained_on = meta.get("trained_on") or {}
     if str(trained_on.get("device_id")) == device_id:
         return None
+    if meta.get("kind") == "scaled":  # its factor is one device's speed
+        raise ValueError(f"model {spec} was rescaled for device {trained_on.get('device_id')} "
+                         f"(`cdmpp calibrate --rescale`) and predicts for that one only, not "
+                         f"{device_id}: ask its base model ({trained_on.get('base_model')}), "
+                         "or rescale it on that device")
     known = device_vectors(spec)
     if device_id in known:
         return known[device_id]
