@@ -361,7 +361,7 @@ def main() -> int:
         blind = [m for m in names if asked[m] != measured_on]
         print(f"measured on device {measured_on}, not this machine ({device.device_id}): "
               f"kernels lowered for {device.target.get('mcpu')}, this machine's per-call "
-              "overhead" + (f"; {', '.join(blind)} predict for another device" if blind
+              "overhead" + (f"; {', '.join(blind)}: predicting for another device" if blind
                             else ""), file=sys.stderr, flush=True)
     batches = None if args.batches is None else [int(b) for b in args.batches.split(",")]
     if args.networks is None and stored is not None:  # every network the stored runs measured
