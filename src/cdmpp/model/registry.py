@@ -371,8 +371,8 @@ def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> 
     widest = _widest_shipped()
     zero_shot = (f"; --model {widest} --for-device local predicts it zero-shot, from its "
                  "measured device vector" if widest else "")
-    return (head + "`cdmpp calibrate --out DIR` fits it to this one" + zero_shot
-            + " (docs/cross_device.md)")
+    return (head + "`cdmpp calibrate --out DIR` fits it to this one (with --rescale, one "
+            "factor from a minute of measuring)" + zero_shot + " (docs/cross_device.md)")
 
 
 def _widest_shipped() -> str | None:
