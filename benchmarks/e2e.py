@@ -21,12 +21,11 @@ the model's error on the kernels alone, free of the run-to-run drift of a measur
 skips them too and compares the predictions with the totals an earlier run's `--json OUT`
 measured on this device (new models against one measurement; say when it was taken: the host
 drifts over the day), or on a device a `--model` predicts for (the one it was fitted for, or
-the one `NAME@DEVICE` asks about: another CPU's
-totals judged from here: kernels lowered for this machine, which for untuned networks gives
-the same kernels and features on the four CPUs tried). It is repeatable and also takes the
-`--json` of `cdmpp e2e --measure`; a network measured in several of them is compared with
-their mean. `benchmarks/measured/` keeps
-the untuned totals measured on each CPU so far, so a new model is judged on one in minutes:
+the one `NAME@DEVICE` asks about): another CPU's totals judged from here, the kernels lowered
+for this machine, which for untuned networks gives the same kernels and features on the four
+CPUs tried. It is repeatable and also takes the `--json` of `cdmpp e2e --measure`; a network
+measured in several of them is compared with their mean. `benchmarks/measured/` keeps the
+untuned totals measured on each CPU so far, so a new model is judged on one in minutes:
 
     python benchmarks/e2e.py --model zen3 --measured-from benchmarks/measured/7566cfb52e598ab7-untuned.json
 
@@ -172,9 +171,9 @@ def combined(runs: list[dict]) -> dict:
 def stored_measurements(paths, device_ids, tuning_db) -> dict:
     """(network, batch) -> one stored row, from earlier runs' --json files (a path or a list
     of them; `cdmpp e2e --measure --json` outputs too), each checked to be of one of
-    `device_ids` (a device id or a set: this machine, or a device a model is asked about with
-    NAME@DEVICE) and of the same tuning database, all of one device. A network measured in
-    several runs gets their mean (`combined`)."""
+    `device_ids` (a device id or a set: this machine, and the devices the models predict for)
+    and of the same tuning database, all of one device. A network measured in several runs
+    gets their mean (`combined`)."""
     allowed = {device_ids} if isinstance(device_ids, str) else set(device_ids)
     runs: dict[tuple[str, int], list[dict]] = {}
     seen: dict[str, str] = {}  # device id -> the first file of it
@@ -192,9 +191,9 @@ def stored_measurements(paths, device_ids, tuning_db) -> dict:
                              "device.json, may be compared with it)")
         seen.setdefault(stored["device_id"], path)
         if len(seen) > 1:  # a mean over two devices' totals would be no device's
+            first, first_path = next(iter(seen.items()))
             raise SystemExit(f"{path} was measured on device {stored['device_id']}, "
-                             f"{seen[next(iter(seen))]} on {next(iter(seen))}: one device at "
-                             "a time")
+                             f"{first_path} on {first}: one device at a time")
         if _tuning_db_of(stored) != tuning_db:
             raise SystemExit(f"{path} was measured with --tuning-db {_tuning_db_of(stored)}, "
                              f"not {tuning_db}")
@@ -204,7 +203,7 @@ def stored_measurements(paths, device_ids, tuning_db) -> dict:
     return {key: combined(rs) for key, rs in runs.items()}
 
 
-def measured_device(paths) -> str | None:
+def measured_device(paths) -> str:
     """The device id of the first stored run (`stored_measurements` checked they agree)."""
     path = paths if isinstance(paths, str) else paths[0]
     with open(path) as f:
