@@ -160,6 +160,8 @@ def test_rescale_measures_default_programs_and_saves_the_base_times_one_factor(b
     # the factor is the median measured / predicted of the base on what was measured here,
     # and nothing else changed: the base's own predictions times it
     assert info["rescale"] == pytest.approx(model.scale_)
+    low, high = info["rescale_interval_90"]
+    assert low <= model.scale_ <= high and tuple(model.scale_interval_) == (low, high)
     assert model.scale_ == pytest.approx(median_ratio(data.latency_s,
                                                       base.predict(data.programs)))
     np.testing.assert_allclose(model.predict(data.programs),

@@ -269,8 +269,10 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                            (": raise the budget" if measure else ""))
     if config.rescale:
         model = rescaled_model(config.model, device, vector, train.programs, train.latency_s)
+        low, high = model.scale_interval_
         log(f"rescaled {config.model} for device {device.device_id}: x{model.scale_:.3f}, the "
-            f"median of measured / predicted over {len(train.latency_s)} programs")
+            f"median of measured / predicted over {len(train.latency_s)} programs (90% "
+            f"bootstrap interval x{low:.3f}-{high:.3f}: a wide one says measure more tasks)")
     else:
         model = fine_tuned_model(base, members, train.programs.with_device(vector),
                                  train.latency_s, config, vector,
@@ -284,7 +286,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
             "adapt": config.adapt, "fine_tunes": 0 if config.rescale else config.fine_tunes,
-            **({"rescale": model.scale_} if config.rescale else {}),
+            **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_}
+               if config.rescale else {}),
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(model, config.out, trained_on=info)
     log(f"saved {config.out}: {'rescaled' if config.rescale else 'fine-tuned'} on "

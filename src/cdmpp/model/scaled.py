@@ -9,9 +9,11 @@ minute) took that to 5-10%; it cannot fix the order of programs, which only fine
 
     model = ScaledRegressor(base).fit(programs, latency_s)   # base: fitted, for this device
     model.scale_                                             # median of measured / predicted
+    model.scale_interval_                                    # its 90% bootstrap interval
     model.predict(programs)                                  # base.predict(programs) * scale_
 
-Saved as a directory: `scaled.json` (format, scale, records) and `model/` (`save_estimator`).
+Saved as a directory: `scaled.json` (format, scale, its interval, records) and `model/`
+(`save_estimator`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,20 @@ def median_ratio(measured_s, predicted_s) -> float:
     return float(np.exp(np.median(np.log(y / p))))
 
 
+def median_ratio_interval(measured_s, predicted_s, level: float = 0.9, draws: int = 1000,
+                          seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval of `median_ratio` (the programs resampled with replacement; a fixed
+    seed, so the same measurements give the same interval): how far the factor, and every
+    total it scales, could move with another choice of programs as typical as these."""
+    y = np.asarray(measured_s, dtype=np.float64)
+    median_ratio(y, predicted_s)  # the same checks
+    logs = np.log(y / np.asarray(predicted_s, dtype=np.float64))
+    picks = np.random.default_rng(seed).integers(0, len(logs), size=(draws, len(logs)))
+    medians = np.median(logs[picks], axis=1)
+    low, high = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.exp(low)), float(np.exp(high))
+
+
 class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, score
     _fitted_attr = "scale_"
 
@@ -50,16 +66,20 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
         """Learn the factor from programs measured on the device (`model` is not refitted)."""
         if self.model is None:
             raise ValueError("a ScaledRegressor scales a fitted model: ScaledRegressor(model)")
-        self.scale_ = median_ratio(y, self.model.predict(programs))
+        predicted = self.model.predict(programs)
+        self.scale_ = median_ratio(y, predicted)
+        self.scale_interval_ = median_ratio_interval(y, predicted)  # 90%, bootstrap
         self.model_, self.n_records_ = self.model, int(len(y))
         return self
 
     @classmethod
-    def from_fitted(cls, model, scale: float, n_records: int = 0) -> "ScaledRegressor":
+    def from_fitted(cls, model, scale: float, n_records: int = 0,
+                    interval=None) -> "ScaledRegressor":
         if not (np.isfinite(scale) and scale > 0):
             raise ValueError(f"scale must be finite and positive, not {scale}")
         out = cls(model)
         out.model_, out.scale_, out.n_records_ = model, float(scale), int(n_records)
+        out.scale_interval_ = None if interval is None else tuple(float(x) for x in interval)
         return out
 
     def predict(self, programs) -> np.ndarray:
@@ -72,6 +92,7 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
         self._check_fitted()
         return save_composite(path, {"model": self.model_}, _META,
                               {"kind": "scaled", "format": _FORMAT, "scale": self.scale_,
+                               "scale_interval_90": self.scale_interval_,
                                "records": self.n_records_})
 
     @classmethod
@@ -80,7 +101,8 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
 
         path = Path(path)
         meta = read_composite_meta(path, _META, "scaled", _FORMAT, "ScaledRegressor")
-        return cls.from_fitted(load_estimator(path / "model"), meta["scale"], meta["records"])
+        return cls.from_fitted(load_estimator(path / "model"), meta["scale"], meta["records"],
+                               meta.get("scale_interval_90"))
 
 
 def unscaled(model):
