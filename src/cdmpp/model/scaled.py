@@ -30,7 +30,8 @@ _META = "scaled.json"
 
 def median_ratio(measured_s, predicted_s) -> float:
     """exp(median(log(measured / predicted))): robust to a few programs the model gets far
-    off, which a mean ratio is not (one 20x miss in five moves a mean of ratios by 4x)."""
+    off, which a mean is not (ratios 0.5, 0.5, 0.5, 0.5 and one 20x miss: median 0.5, mean
+    4.4)."""
     y = np.asarray(measured_s, dtype=np.float64)
     p = np.asarray(predicted_s, dtype=np.float64)
     if y.shape != p.shape or y.ndim != 1 or len(y) == 0:
