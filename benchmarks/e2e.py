@@ -210,13 +210,6 @@ def measured_device(paths) -> str:
         return json.load(f)["device_id"]
 
 
-def asked_device_id(for_device) -> str | None:
-    """The device id a resolved --for-device value names (an id, or a Device), or None."""
-    if for_device is None:
-        return None
-    return for_device if isinstance(for_device, str) else str(for_device.device_id)
-
-
 def _ms(x) -> str:
     return "" if x is None else f"{1e3 * x:.2f}"
 
@@ -334,7 +327,8 @@ def main() -> int:
     from cdmpp.device import local_device
     from cdmpp.e2e.kernels import open_tuning_database
     from cdmpp.measure.collect import set_threads
-    from cdmpp.model.registry import fitted_device_id, load_estimator, resolve_for_device
+    from cdmpp.model.registry import (fitted_device_id, for_device_id, load_estimator,
+                                      resolve_for_device)
 
     torch.set_num_threads(1)  # torch only exports; the cores are TVM's
     tuning_db = open_tuning_database(args.tuning_db)  # once for all networks (~5 s each open)
@@ -346,7 +340,7 @@ def main() -> int:
         resolved = resolve_for_device(for_device, spec, lambda: device.device_id)
         models[m] = load_estimator(spec, for_device=resolved)
         # the device it predicts for: the one asked, else the one it was fitted for
-        asked[m] = asked_device_id(resolved) or fitted_device_id(spec)
+        asked[m] = for_device_id(resolved) or fitted_device_id(spec)
     set_threads(device.threads)
     stored = (None if args.measured_from is None else
               stored_measurements(args.measured_from,

@@ -82,16 +82,6 @@ def test_another_devices_runs_are_taken_for_a_model_asked_about_it_one_device_at
         bench.stored_measurements([str(zen5), str(zen3)], {"bbbb", "aaaa", "cccc"}, None)
 
 
-def test_the_device_a_model_is_asked_about(bench):
-    from cdmpp.device import Device
-
-    assert bench.asked_device_id(None) is None
-    assert bench.asked_device_id("8d19a00b08391ba3") == "8d19a00b08391ba3"
-    fixture = Path(__file__).parents[1] / "fixtures" / "device_epyc_2c.json"
-    device = Device.from_json(json.loads(fixture.read_text()))
-    assert bench.asked_device_id(device) == "beb308d09a4ac277"
-
-
 def test_a_missing_or_foreign_file_is_a_clear_error(bench, tmp_path):
     with pytest.raises(SystemExit, match="missing.json: cannot read it"):
         bench.stored_measurements(str(tmp_path / "missing.json"), "aaaa", None)

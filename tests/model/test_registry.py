@@ -130,3 +130,15 @@ def test_shipped_models_know_their_device():
     assert registry.for_device(zen4) == "default" and registry.for_device(zen5) == "zen5"
     assert registry.for_device(intel) == "emeraldrapids" and registry.for_device(zen3) == "zen3"
     assert registry.for_device("0123456789abcdef") == "default"
+
+
+def test_the_device_id_a_for_device_value_names():
+    from pathlib import Path
+
+    from cdmpp.device import Device
+
+    assert registry.for_device_id(None) is None
+    assert registry.for_device_id("8d19a00b08391ba3") == "8d19a00b08391ba3"
+    fixture = Path(__file__).parents[1] / "fixtures" / "device_epyc_2c.json"
+    device = Device.from_json(json.loads(fixture.read_text()))
+    assert registry.for_device_id(device) == "beb308d09a4ac277"

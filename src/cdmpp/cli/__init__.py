@@ -68,12 +68,12 @@ def for_device_note(spec, target, device) -> str | None:
     `device`: fitted elsewhere (no --for-device), or asked about another device; and when it
     predicts for this machine zero-shot."""
     from cdmpp.device import short_name
-    from cdmpp.model.registry import device_mismatch
+    from cdmpp.model.registry import device_mismatch, for_device_id
 
     here = f"{device.device_id} ({short_name(device)})"
     if target is None:
         return device_mismatch(spec, device.device_id, short_name(device))
-    target_id = target if isinstance(target, str) else target.device_id
+    target_id = for_device_id(target)
     if target_id != device.device_id:
         return f"note: predicting for device {target_id} (--for-device), not this machine's {here}"
     if not isinstance(target, str):

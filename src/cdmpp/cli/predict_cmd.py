@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from cdmpp.model.registry import load_estimator, resolve_for_device
+    from cdmpp.model.registry import for_device_id, load_estimator, resolve_for_device
     from cdmpp.predict import predict_databases, sample_databases, write_predictions_csv
 
     dbs = args.db or sample_databases()
@@ -47,7 +47,7 @@ def run(args) -> int:
     target = resolve_for_device(args.for_device, spec, _local_device_id)
     # before any extraction: a bad --model or --for-device fails fast
     model = load_estimator(spec, for_device=target)
-    target_id = target if target is None or isinstance(target, str) else target.device_id
+    target_id = for_device_id(target)
     notes = (device_notes(spec, devices) if target is None else
              [f"note: predicting for device {target_id} (--for-device), not the "
               f"databases' {d}" for d in devices if d != target_id])

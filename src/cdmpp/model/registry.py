@@ -257,7 +257,7 @@ def load_estimator(spec: str | Path, *, check_features: bool = True, for_device=
     from cdmpp.model.retarget import outside_training_range, with_device_vector
 
     estimator = with_device_vector(estimator, vector)
-    if not isinstance(for_device, str) and str(for_device.device_id) not in device_vectors(spec):
+    if not isinstance(for_device, str) and for_device_id(for_device) not in device_vectors(spec):
         import warnings
 
         fields = outside_training_range(estimator, vector)
@@ -314,10 +314,18 @@ def resolve_for_device(value: str | None, spec, local_device_id, threads=None):
         raise ValueError(f"device {value}: {file} is not JSON ({e})") from None
 
 
+def for_device_id(value) -> str | None:
+    """The device id a resolved for-device value names (`resolve_for_device`: None, a device
+    id, or a `Device`)."""
+    if value is None or isinstance(value, str):
+        return value
+    return str(value.device_id)
+
+
 def _vector_for(spec, meta: dict, device):
     """The device vector `load_estimator(for_device=device)` sets (a device id, or a Device),
     or None when that is the device the model is fitted for (nothing to change)."""
-    device_id = device if isinstance(device, str) else str(device.device_id)
+    device_id = for_device_id(device)
     trained_on = meta.get("trained_on") or {}
     if str(trained_on.get("device_id")) == device_id:
         return None
