@@ -102,14 +102,15 @@ def tasks_for_budget(budget_minutes: float, programs_per_task: int) -> int:
 def default_programs(tasks, target):
     """ProgramSet of each task's default (untuned) program: features only, nothing is run."""
     from cdmpp.dataset.programs import ProgramSet
-    from cdmpp.features import extract
+    from cdmpp.features.parallel import extract_each
 
-    feats, pos = [], []
-    for t in tasks:
-        ast = extract(t.prim_func(), target)
-        feats.append(ast.leaf_features)
-        pos.append(ast.leaf_pos)
-    return ProgramSet(tuple(feats), tuple(pos), None, tuple(t.name for t in tasks))
+    tasks = list(tasks)
+    asts = extract_each([t.prim_func() for t in tasks], target)
+    for t, ast in zip(tasks, asts):
+        if isinstance(ast, Exception):
+            raise ast
+    return ProgramSet(tuple(a.leaf_features for a in asts), tuple(a.leaf_pos for a in asts),
+                      None, tuple(t.name for t in tasks))
 
 
 def choose_tasks(estimator, programs, k: int, selection: str, seed: int,

@@ -140,25 +140,24 @@ def kernel_programs(kernels, target):
     import tvm_ffi
 
     from cdmpp.dataset.programs import ProgramSet
-    from cdmpp.features import extract
+    from cdmpp.features.parallel import extract_each
 
-    rows: dict[str, int] = {}
-    by_hash: dict[int, int] = {}
-    feats, pos, names, default = [], [], [], []
+    distinct: dict[int, object] = {}  # structural hash -> the first kernel with that PrimFunc
+    hashes = []
     for k in kernels:
-        h = tvm_ffi.structural_hash(k.func)
-        if h not in by_hash:
-            try:
-                ast = extract(k.func, target)
-            except Exception as e:  # noqa: BLE001 - re-raised with the kernel's name
-                raise RuntimeError(f"cannot featurize kernel {k.name}: {type(e).__name__}: "
-                                   f"{e}") from e
-            by_hash[h] = len(feats)
-            feats.append(ast.leaf_features)
-            pos.append(ast.leaf_pos)
-            names.append(k.name)
-            default.append(k.default)
-        rows[k.name] = by_hash[h]
+        hashes.append(tvm_ffi.structural_hash(k.func))
+        distinct.setdefault(hashes[-1], k)
+    asts = extract_each([k.func for k in distinct.values()], target)
+    for k, ast in zip(distinct.values(), asts):
+        if isinstance(ast, Exception):
+            raise RuntimeError(f"cannot featurize kernel {k.name}: {type(ast).__name__}: "
+                               f"{ast}") from ast
+    by_hash = {h: row for row, h in enumerate(distinct)}
+    rows = {k.name: by_hash[h] for k, h in zip(kernels, hashes)}
+    feats = [ast.leaf_features for ast in asts]
+    pos = [ast.leaf_pos for ast in asts]
+    names = [k.name for k in distinct.values()]
+    default = [k.default for k in distinct.values()]
     return ProgramSet(tuple(feats), tuple(pos), None, tuple(names),
                       np.array(default, dtype=bool)), rows
 

@@ -2,5 +2,7 @@
 
 from cdmpp.features.compact_ast import FEATURE_VERSION, N_LEAF_FEATURES, CompactAST, extract
 from cdmpp.features.matching import FeatureMatchError
+from cdmpp.features.parallel import extract_each
 
-__all__ = ["FEATURE_VERSION", "N_LEAF_FEATURES", "CompactAST", "FeatureMatchError", "extract"]
+__all__ = ["FEATURE_VERSION", "N_LEAF_FEATURES", "CompactAST", "FeatureMatchError", "extract",
+           "extract_each"]

@@ -41,8 +41,9 @@ class CandidateScorer:
     and reused): predicted seconds of schedules, a cache of them, and the online correction."""
 
     def __init__(self, estimator, *, online: bool = True, min_online_samples: int = 32,
-                 cache_size: int = 100_000, seed: int = 0):
+                 cache_size: int = 100_000, seed: int = 0, threads: int | None = None):
         self.estimator = estimator
+        self.threads = threads  # featurizing threads (None: the cores this process may use)
         self.online = online
         self.min_online_samples = min_online_samples
         self.cache_size = cache_size
@@ -59,7 +60,7 @@ class CandidateScorer:
         import tvm_ffi
 
         from cdmpp.dataset.programs import ProgramSet
-        from cdmpp.features import extract
+        from cdmpp.features.parallel import extract_each
 
         keys = [tvm_ffi.structural_hash(sch.mod) for sch in schedules]
         todo: dict[int, object] = {}
@@ -67,17 +68,19 @@ class CandidateScorer:
             if key not in self._cache and key not in todo:
                 todo[key] = sch
         asts, new_keys = [], []
-        for key, sch in todo.items():
-            try:
-                asts.append(extract(sch, target))
+        # on the cores the tuner leaves idle while it waits for the scores
+        found = extract_each(todo.values(), target, threads=self.threads)
+        for key, ast in zip(todo, found):
+            if not isinstance(ast, Exception):
+                asts.append(ast)
                 new_keys.append(key)
-            except Exception as e:  # noqa: BLE001 - one odd candidate must not stop the tuner
-                self.failed += 1
-                self._remember(key, None)
-                if self.failed == 1:
-                    warnings.warn(f"cdmpp cannot featurize a tuning candidate "
-                                  f"({type(e).__name__}: {e}); such candidates score 0",
-                                  stacklevel=3)
+                continue
+            self.failed += 1  # one odd candidate must not stop the tuner
+            self._remember(key, None)
+            if self.failed == 1:
+                warnings.warn(f"cdmpp cannot featurize a tuning candidate "
+                              f"({type(ast).__name__}: {ast}); such candidates score 0",
+                              stacklevel=3)
         if asts:
             programs = ProgramSet(tuple(a.leaf_features for a in asts),
                                   tuple(a.leaf_pos for a in asts))
@@ -152,18 +155,19 @@ class CandidateScorer:
 
 
 def cost_model(model=None, *, online: bool = True, min_online_samples: int = 32,
-               seed: int = 0):
+               seed: int = 0, threads: int | None = None):
     """A `tvm.s_tir.meta_schedule.cost_model.CostModel` for `tune_tir`/`tune_relax`/`TuneContext`.
 
     `model`: as `cdmpp.load_model` takes it (None: the shipped model for this machine).
     `online`: also learn a correction from the tuner's measurements (see the module's doc;
-    False: the estimator alone).
+    False: the estimator alone). `threads`: how many candidates are featurized at once
+    (default: the cores this process may use; `cdmpp.features.parallel`).
     The candidates are featurized for the tuning context's target. `save(path)` writes the
     online measurements (npz) and `load(path)` reads them back."""
     from cdmpp.api import load_model
 
     scorer = CandidateScorer(load_model(model), online=online,
-                             min_online_samples=min_online_samples, seed=seed)
+                             min_online_samples=min_online_samples, seed=seed, threads=threads)
     return _cost_model_class()(scorer)
 
 
