@@ -36,6 +36,35 @@ def test_each_artifact_runs_and_a_failure_is_reported_in_its_place(tmp_path):
     np.testing.assert_allclose(args[2].numpy(), a @ b.T, rtol=1e-4)  # TOPI dense: A B^T
 
 
+def test_a_batch_is_dealt_to_one_child_per_worker_and_comes_back_in_order(tmp_path,
+                                                                          monkeypatch):
+    import cdmpp.measure.build as build
+
+    tvm = import_tvm()
+    target = tvm.target.Target(local_device().target)
+    started = []
+
+    class Recording(build._Compiler):
+        def __init__(self, mods, *args):
+            super().__init__(mods, *args)
+            started.append((self.pid, len(mods)))
+
+    monkeypatch.setattr(build, "_Compiler", Recording)
+    mods = [_workload(), "not a module", _workload(), _workload(), _workload()]
+    built = build_batch(mods, [target] * 5, 60, tmp_path, workers=2)
+    assert len({pid for pid, _ in started}) == 2 and sorted(n for _, n in started) == [2, 3]
+    assert built[1][0] is None and built[1][1]  # the bad one fails in its own place
+    for i in (0, 2, 3, 4):
+        path, error = built[i]
+        assert error is None and path.endswith(f"/{i}/main.ll") and Path(path).is_file()
+        tvm.runtime.load_module(path).get_function("main")
+
+
+def test_workers_must_be_at_least_one():
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        cdmpp.tune.builder(30, workers=0)
+
+
 def test_a_build_over_its_time_limit_fails_alone(tmp_path):
     tvm = import_tvm()
     target = tvm.target.Target(local_device().target)

@@ -6,9 +6,11 @@
 TVM's LocalBuilder starts worker processes that import TVM again (about 20 s here, with its
 tensor intrinsics), and a worker killed at the time limit is replaced by a new one that pays
 it again. This builder is the collector's (`cdmpp.measure.build`): a child forked from the
-tuning process inherits the imported TVM, compiles the batch in order, and is killed (and
-replaced by a new fork) when one program takes longer than `timeout_s`. Each program is
-handed to the runner as LLVM IR (`.ll`), which TVM's LocalRunner loads as it loads a library.
+tuning process inherits the imported TVM, compiles its share of the batch in order, and is
+killed (and replaced by a new fork) when one program takes longer than `timeout_s`. One child
+per core compiles at once: the tuner times nothing while it builds (the collector, which
+times while it compiles, keeps to one). Each program is handed to the runner as LLVM IR
+(`.ll`), which TVM's LocalRunner loads as it loads a library.
 """
 
 from __future__ import annotations
@@ -20,36 +22,54 @@ import weakref
 from pathlib import Path
 
 
-def builder(timeout_s: float = 30.0):
-    """A `tvm.s_tir.meta_schedule.builder.Builder` for `tune_tir`/`tune_relax`."""
+def builder(timeout_s: float = 30.0, workers: int | None = None):
+    """A `tvm.s_tir.meta_schedule.builder.Builder` for `tune_tir`/`tune_relax`. `workers`:
+    children compiling at once (default: the cores this process may use)."""
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-    return _builder_class()(timeout_s)
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    return _builder_class()(timeout_s, workers)
 
 
-def build_batch(mods, targets, timeout_s: float, work_dir: Path) -> list[tuple[str | None,
-                                                                              str | None]]:
+def build_batch(mods, targets, timeout_s: float, work_dir: Path,
+                workers: int | None = None) -> list[tuple[str | None, str | None]]:
     """(artifact path, None) or (None, error) for each module, built for its target in
-    forked children; consecutive modules of one target share a child."""
-    from cdmpp.measure.build import compile_reports
+    forked children: consecutive modules of one target are dealt out to `workers` children
+    (default: one per core), each compiling its share in order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
 
+    workers = workers or len(os.sched_getaffinity(0))
     out: list = [None] * len(mods)
     start = 0
     while start < len(mods):
         end = start
         while end < len(mods) and str(targets[end]) == str(targets[start]):
             end += 1
-        group = list(range(start, end))
-        paths = []
-        for i in group:  # a directory each: TVM's RemoveBuildArtifact deletes an artifact's
-            (work_dir / str(i)).mkdir()  # directory once it has been run
-            paths.append(str(work_dir / str(i) / "main.ll"))
-        reports = compile_reports([mods[i] for i in group], targets[start], timeout_s, paths)
-        for j, report in reports:
-            out[group[j]] = ((None, report["error"]) if "error" in report
-                             else (paths[j], None))
+        for i in range(start, end):  # a directory each: TVM's RemoveBuildArtifact deletes an
+            (work_dir / str(i)).mkdir()  # artifact's directory once it has been run
+        n = min(workers, end - start)
+        shares = [list(range(start + w, end, n)) for w in range(n)]
+        # a thread waits on each child's reports (the children do the compiling)
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="cdmpp-build") as pool:
+            done = pool.map(lambda share: _build_share(mods, targets[start], share, timeout_s,
+                                                       work_dir), shares)
+            for share, built in zip(shares, done):
+                for i, result in zip(share, built):
+                    out[i] = result
         start = end
     return out
+
+
+def _build_share(mods, target, share, timeout_s: float, work_dir: Path) -> list:
+    from cdmpp.measure.build import compile_reports
+
+    paths = [str(work_dir / str(i) / "main.ll") for i in share]
+    built: list = [None] * len(share)
+    for j, report in compile_reports([mods[i] for i in share], target, timeout_s, paths):
+        built[j] = (None, report["error"]) if "error" in report else (paths[j], None)
+    return built
 
 
 @functools.cache
@@ -67,9 +87,10 @@ def _builder_class():
     class ForkBuilder(PyBuilder):
         """meta_schedule builds in forked children (`cdmpp.tune.builder`)."""
 
-        def __init__(self, timeout_s: float):
+        def __init__(self, timeout_s: float, workers: int | None):
             super().__init__()
             self.timeout_s = timeout_s
+            self.workers = workers
             # named as the collector's build directories: removed by a later build when
             # this process was killed
             self._root = Path(tempfile.mkdtemp(prefix=work_dir_prefix()))
@@ -81,7 +102,8 @@ def _builder_class():
             work = self._root / str(self._batches)
             work.mkdir()
             built = build_batch([b.mod for b in build_inputs],
-                                [b.target for b in build_inputs], self.timeout_s, work)
+                                [b.target for b in build_inputs], self.timeout_s, work,
+                                self.workers)
             # TVM's RemoveBuildArtifact callback deletes each built program's directory
             # once it has run (not before: the runner may still be loading it while the
             # next batch is built); a failed build's is empty, and goes now
