@@ -142,3 +142,34 @@ def test_a_hung_or_crashed_build_fails_alone(monkeypatch):
     assert results[3].error == "build process killed by signal 9"
     assert all(r.module is not None for r in results if r.ok)
     assert {p.pid for p in psutil.Process().children()} <= before
+
+
+def test_a_child_sent_a_few_ahead_reports_every_module_in_order(monkeypatch):
+    from cdmpp.measure import build
+
+    _with_bad_programs(monkeypatch)
+    monkeypatch.setattr(build, "_RUN_AHEAD", 2)  # fewer than the modules: sent as it goes
+    good = _workload()
+    mods = [good, good, "crash", good, "not a module", good]
+    reports = list(build.compile_reports(mods, local_device().target, 60, None))
+    assert [i for i, _ in reports] == list(range(6))
+    assert ["error" in r for _, r in reports] == [False, False, True, False, True, False]
+    assert reports[2][1]["error"] == "build process killed by signal 9"
+    # after the crash a new child takes the rest: each report names its own module
+    assert all(r["i"] == i for i, r in reports if i != 2)
+
+
+def test_children_on_one_queue_replace_a_crashed_or_hung_one(monkeypatch):
+    import psutil
+
+    from cdmpp.measure import build
+
+    _with_bad_programs(monkeypatch)
+    good = _workload()
+    mods = [good, "crash", good, "slow", good, good]
+    before = {p.pid for p in psutil.Process().children()}
+    reports = build.compile_from_queue(mods, local_device().target, 3, None, workers=2)
+    assert [r.get("i") for r in reports] == [0, None, 2, None, 4, 5]
+    assert reports[1]["error"] == "build process killed by signal 9"
+    assert reports[3]["error"] == "timeout: build took over 3 s"
+    assert {p.pid for p in psutil.Process().children()} <= before

@@ -36,28 +36,53 @@ def test_each_artifact_runs_and_a_failure_is_reported_in_its_place(tmp_path):
     np.testing.assert_allclose(args[2].numpy(), a @ b.T, rtol=1e-4)  # TOPI dense: A B^T
 
 
-def test_a_batch_is_dealt_to_one_child_per_worker_and_comes_back_in_order(tmp_path,
-                                                                          monkeypatch):
-    import cdmpp.measure.build as build
-
+def test_a_batch_comes_back_in_order_with_the_bad_module_in_its_place(tmp_path):
     tvm = import_tvm()
     target = tvm.target.Target(local_device().target)
-    started = []
-
-    class Recording(build._Compiler):
-        def __init__(self, mods, *args):
-            super().__init__(mods, *args)
-            started.append((self.pid, len(mods)))
-
-    monkeypatch.setattr(build, "_Compiler", Recording)
     mods = [_workload(), "not a module", _workload(), _workload(), _workload()]
     built = build_batch(mods, [target] * 5, 60, tmp_path, workers=2)
-    assert len({pid for pid, _ in started}) == 2 and sorted(n for _, n in started) == [2, 3]
-    assert built[1][0] is None and built[1][1]  # the bad one fails in its own place
+    assert built[1][0] is None and built[1][1]
     for i in (0, 2, 3, 4):
         path, error = built[i]
         assert error is None and path.endswith(f"/{i}/main.ll") and Path(path).is_file()
         tvm.runtime.load_module(path).get_function("main")
+
+
+def test_a_slow_build_holds_up_one_child_while_the_other_takes_the_rest(tmp_path,
+                                                                      monkeypatch):
+    import os
+    import time
+
+    import cdmpp.measure.build as build
+
+    tvm = import_tvm()
+    target = tvm.target.Target(local_device().target)
+    log = tmp_path / "compiled.log"
+    real_compile = build.compile_module
+
+    def compile_module(mod, target):  # runs in the forked children
+        if mod == "slow":  # finishes only once the four others are compiled
+            deadline = time.monotonic() + 60
+            while log.read_text().count("fast") < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        compiled = real_compile(_workload(), target)
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {mod}\n")
+        return compiled
+
+    log.write_text("")
+    monkeypatch.setattr(build, "compile_module", compile_module)
+    work = tmp_path / "work"
+    work.mkdir()
+    built = build_batch(["slow", "fast", "fast", "fast", "fast"], [target] * 5, 120, work,
+                        workers=2)
+    assert all(error is None for _, error in built)
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [mod for _, mod in lines] == ["fast"] * 4 + ["slow"]
+    # with the batch dealt in fixed shares, the slow module's child would have had to
+    # compile two of the others first
+    slow_pid = lines[-1][0]
+    assert {pid for pid, _ in lines[:4]} == {lines[0][0]} != {slow_pid}
 
 
 def test_workers_must_be_at_least_one():

@@ -2,9 +2,10 @@
 
 Some random schedules spend minutes in LLVM code generation, and an in-process call cannot be
 interrupted. So a forked child (it inherits the imported TVM and the modules: no import cost,
-unlike LocalBuilder's workers, and nothing to serialize) compiles a batch of programs in
-order, and is killed when one takes longer than the time limit; a new child then goes on with
-the next program. The child writes each compiled module as LLVM IR text
+unlike LocalBuilder's workers, and nothing to serialize) compiles the programs whose indices
+it is sent on a pipe, in order, and is killed when one takes longer than the time limit; a
+new child then goes on with the next program. Several children can take programs from one
+queue (`compile_from_queue`), each the next as it finishes one. The child writes each compiled module as LLVM IR text
 (`write_to_file(..., "ll")`, ~1 ms) and reports it on a pipe; the parent loads it (~4 ms) and
 asks for its entry function, which is when LLVM emits the machine code (60-100 ms per program
 here), while the child compiles the next ones on the other core. The loaded module gives the
@@ -22,6 +23,7 @@ import select
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,11 +51,28 @@ def compile_module(mod, target):
     return tvm.compile(mod, target=tvm.target.Target(target))
 
 
-def _compile_all(mods, target, first: int, paths, write_fd: int) -> None:
-    """Child: compile `mods[first:]` in order (writing each as LLVM IR to its path, if paths are
-    given) and report each on `write_fd` as a JSON line {"i", "secs", "end", "error"?}."""
+def _read_line(fd: int, buffer: bytes) -> tuple[bytes | None, bytes]:
+    """The next line on `fd` (None at end of file), and what is left of the buffer."""
+    while b"\n" not in buffer:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None, buffer
+        buffer += chunk
+    line, buffer = buffer.split(b"\n", 1)
+    return line, buffer
+
+
+def _serve(mods, target, paths, order_fd: int, report_fd: int) -> None:
+    """Child: compile the modules whose indices arrive on `order_fd`, a line each, until it
+    closes (writing each as LLVM IR to its path, if paths are given), and report each on
+    `report_fd` as a JSON line {"i", "secs", "end", "error"?}."""
     try:
-        for i in range(first, len(mods)):
+        buffer = b""
+        while True:
+            line, buffer = _read_line(order_fd, buffer)
+            if line is None:
+                break
+            i = int(line)
             start = time.perf_counter()
             report = {"i": i}
             try:
@@ -63,30 +82,52 @@ def _compile_all(mods, target, first: int, paths, write_fd: int) -> None:
             except BaseException as e:  # noqa: BLE001 - reported, the next program goes on
                 report["error"] = f"{type(e).__name__}: {e}"[-4000:]
             report.update(secs=time.perf_counter() - start, end=time.monotonic())
-            os.write(write_fd, (json.dumps(report) + "\n").encode())
+            os.write(report_fd, (json.dumps(report) + "\n").encode())
     finally:
         os._exit(0)  # skip atexit handlers and TVM's destructors in the child
 
 
-class _Compiler:
-    """A forked child compiling `mods[first:]`, read one report at a time."""
+# Threads that fork at once would each hand its child the pipe ends the other has not closed
+# yet: a child that died would then leave its report pipe open in its sibling, and be seen
+# only at the time limit.
+_FORK_LOCK = threading.Lock()
 
-    def __init__(self, mods, target, first: int, paths):
+
+class _Compiler:
+    """A forked child compiling the modules it is sent (`send`), read one report at a time."""
+
+    def __init__(self, mods, target, paths):
         import_tvm()
-        read_fd, write_fd = os.pipe()
+        with _FORK_LOCK:
+            order_read, order_write = os.pipe()
+            read_fd, write_fd = os.pipe()
+            self.pid = os.fork()
+            if self.pid == 0:
+                os.close(order_write)
+                os.close(read_fd)
+                _serve(mods, target, paths, order_read, write_fd)
+            os.close(order_read)
+            os.close(write_fd)
+        self.order_fd, self.fd, self._buffer, self.alive = order_write, read_fd, b"", True
+        self.pending = 0  # sent, not yet reported
         self.started = time.monotonic()  # when the program being compiled began
-        self.pid = os.fork()
-        if self.pid == 0:
-            os.close(read_fd)
-            _compile_all(mods, target, first, paths, write_fd)
-        os.close(write_fd)
-        self.fd, self._buffer, self.alive = read_fd, b"", True
         self._poll = select.poll()  # poll, not select: any descriptor number
         self._poll.register(read_fd, select.POLLIN)
 
+    def send(self, i: int) -> None:
+        """Queue module `i`: the child compiles it after those sent before."""
+        if self.pending == 0:  # an idle child starts on it now
+            self.started = time.monotonic()
+        self.pending += 1
+        try:
+            os.write(self.order_fd, f"{i}\n".encode())
+        except BrokenPipeError:  # the child died: `next_report` says why
+            pass
+
     def next_report(self, timeout_s: float) -> dict:
-        """The next program's report; {"error": "timeout: ..."} past `timeout_s` since that
-        program began (the child is then killed), or why the child died."""
+        """The report of the next module sent; {"error": "timeout: ..."} past `timeout_s`
+        since that module began (the child is then killed), or why the child died."""
+        self.pending -= 1
         while b"\n" not in self._buffer:
             remaining = self.started + timeout_s - time.monotonic()
             ready = self._poll.poll(remaining * 1e3) if remaining > 0 else []
@@ -97,8 +138,7 @@ class _Compiler:
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:  # the child died without reporting this program
                 _, status = os.waitpid(self.pid, 0)
-                self.alive = False
-                os.close(self.fd)
+                self._close()
                 why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                        else f"exited with status {os.WEXITSTATUS(status)}")
                 return {"secs": time.monotonic() - self.started,
@@ -106,30 +146,43 @@ class _Compiler:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         report = json.loads(line)
-        self.started = report["end"]
+        if self.pending > 0:  # the child went straight on to the next one
+            self.started = report["end"]
         return report
 
     def kill(self) -> None:
         if not self.alive:
             return
-        self.alive = False
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         os.waitpid(self.pid, 0)
+        self._close()
+
+    def _close(self) -> None:
+        self.alive = False
         os.close(self.fd)
+        os.close(self.order_fd)
+
+
+_RUN_AHEAD = 64  # modules sent to a child before their reports are read
 
 
 def compile_reports(mods, target, timeout_s: float, paths):
     """(index, report) of every module in order, compiled by as many children as time-outs and
     crashes need. A report holds "secs" and, for a failure, "error"; each compiled module is
-    written as LLVM IR to its entry of `paths` (None: not written)."""
+    written as LLVM IR to its entry of `paths` (None: not written). The child runs ahead of
+    the reports read, so it compiles the next modules while the caller uses one."""
     first, compiler = 0, None
     try:
         while first < len(mods):
-            compiler = _Compiler(mods, target, first, paths)
+            compiler = _Compiler(mods, target, paths)
+            sent = first
             while first < len(mods) and compiler.alive:
+                while sent < len(mods) and sent - first < _RUN_AHEAD:
+                    compiler.send(sent)
+                    sent += 1
                 report = compiler.next_report(timeout_s)
                 yield first, report
                 first += 1
@@ -137,6 +190,39 @@ def compile_reports(mods, target, timeout_s: float, paths):
     finally:
         if compiler is not None:  # interrupted: leave no child behind
             compiler.kill()
+
+
+def compile_from_queue(mods, target, timeout_s: float, paths, workers: int) -> list[dict]:
+    """The report of every module (as `compile_reports`), compiled by `workers` children at
+    once, each taking the next module of the batch as it finishes one: a module that takes
+    long holds up one child, not a share of the batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reports: list = [None] * len(mods)
+    queue = iter(range(len(mods)))
+    queue_lock = threading.Lock()
+
+    def take() -> int | None:
+        with queue_lock:
+            return next(queue, None)
+
+    def child_loop() -> None:  # a thread per child, waiting on its reports
+        compiler = None
+        try:
+            while (i := take()) is not None:
+                if compiler is None or not compiler.alive:
+                    compiler = _Compiler(mods, target, paths)
+                compiler.send(i)
+                reports[i] = compiler.next_report(timeout_s)
+        finally:
+            if compiler is not None:
+                compiler.kill()
+
+    n = max(1, min(workers, len(mods)))
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="cdmpp-build") as pool:
+        for done in [pool.submit(child_loop) for _ in range(n)]:
+            done.result()
+    return reports
 
 
 def compiles_in_time(mod, target, timeout_s: float) -> BuildResult:

@@ -6,9 +6,9 @@
 TVM's LocalBuilder starts worker processes that import TVM again (about 20 s here, with its
 tensor intrinsics), and a worker killed at the time limit is replaced by a new one that pays
 it again. This builder is the collector's (`cdmpp.measure.build`): a child forked from the
-tuning process inherits the imported TVM, compiles its share of the batch in order, and is
-killed (and replaced by a new fork) when one program takes longer than `timeout_s`. One child
-per core compiles at once: the tuner times nothing while it builds (the collector, which
+tuning process inherits the imported TVM, compiles the programs it takes from the batch's
+queue, and is killed (and replaced by a new fork) when one program takes longer than
+`timeout_s`. One child per core compiles at once: the tuner times nothing while it builds (the collector, which
 times while it compiles, keeps to one). Each program is handed to the runner as LLVM IR
 (`.ll`), which TVM's LocalRunner loads as it loads a library.
 """
@@ -35,10 +35,11 @@ def builder(timeout_s: float = 30.0, workers: int | None = None):
 def build_batch(mods, targets, timeout_s: float, work_dir: Path,
                 workers: int | None = None) -> list[tuple[str | None, str | None]]:
     """(artifact path, None) or (None, error) for each module, built for its target in
-    forked children: consecutive modules of one target are dealt out to `workers` children
-    (default: one per core), each compiling its share in order."""
+    forked children: `workers` of them (default: one per core) take the consecutive modules
+    of one target from a queue, each the next as it finishes one."""
     import os
-    from concurrent.futures import ThreadPoolExecutor
+
+    from cdmpp.measure.build import compile_from_queue
 
     workers = workers or len(os.sched_getaffinity(0))
     out: list = [None] * len(mods)
@@ -47,29 +48,16 @@ def build_batch(mods, targets, timeout_s: float, work_dir: Path,
         end = start
         while end < len(mods) and str(targets[end]) == str(targets[start]):
             end += 1
+        paths = []
         for i in range(start, end):  # a directory each: TVM's RemoveBuildArtifact deletes an
             (work_dir / str(i)).mkdir()  # artifact's directory once it has been run
-        n = min(workers, end - start)
-        shares = [list(range(start + w, end, n)) for w in range(n)]
-        # a thread waits on each child's reports (the children do the compiling)
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="cdmpp-build") as pool:
-            done = pool.map(lambda share: _build_share(mods, targets[start], share, timeout_s,
-                                                       work_dir), shares)
-            for share, built in zip(shares, done):
-                for i, result in zip(share, built):
-                    out[i] = result
+            paths.append(str(work_dir / str(i) / "main.ll"))
+        reports = compile_from_queue(mods[start:end], targets[start], timeout_s, paths,
+                                     workers)
+        for i, (path, report) in enumerate(zip(paths, reports), start):
+            out[i] = (None, report["error"]) if "error" in report else (path, None)
         start = end
     return out
-
-
-def _build_share(mods, target, share, timeout_s: float, work_dir: Path) -> list:
-    from cdmpp.measure.build import compile_reports
-
-    paths = [str(work_dir / str(i) / "main.ll") for i in share]
-    built: list = [None] * len(share)
-    for j, report in compile_reports([mods[i] for i in share], target, timeout_s, paths):
-        built[j] = (None, report["error"]) if "error" in report else (paths[j], None)
-    return built
 
 
 @functools.cache
