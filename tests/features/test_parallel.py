@@ -50,10 +50,11 @@ def test_threads_give_exactly_what_extract_gives_in_order(programs):
     assert all(_same(a, b) for a, b in zip(one_by_one, extract_each(objs, target, threads=1)))
 
 
-def test_threads_really_run_them(programs, monkeypatch):
+@pytest.fixture
+def extracting_threads(monkeypatch):
+    """The ids of the threads `extract` is called on, filled as it is."""
     import cdmpp.features
 
-    objs, target = programs
     seen, real = set(), cdmpp.features.extract
 
     def recording(obj, tgt):
@@ -61,6 +62,12 @@ def test_threads_really_run_them(programs, monkeypatch):
         return real(obj, tgt)
 
     monkeypatch.setattr(cdmpp.features, "extract", recording)
+    return seen
+
+
+def test_threads_really_run_them(programs, extracting_threads):
+    objs, target = programs
+    seen = extracting_threads
     extract_each(objs, target, threads=2)
     assert threading.get_ident() not in seen and 1 <= len(seen) <= 2
 
@@ -86,20 +93,13 @@ def test_the_callers_pass_context_reaches_the_threads(programs):
     assert all(_same(a, b) for a, b in zip(one_by_one, on_threads))
 
 
-def test_a_caller_with_instruments_gets_every_extraction_on_its_own_thread(programs,
-                                                                           monkeypatch):
-    import cdmpp.features
+def test_a_caller_with_instruments_gets_every_extraction_on_its_own_thread(
+        programs, extracting_threads):
     from tvm.ir.instrument import PassTimingInstrument
 
     tvm = import_tvm()
     objs, target = programs
-    seen, real = set(), cdmpp.features.extract
-
-    def recording(obj, tgt):
-        seen.add(threading.get_ident())
-        return real(obj, tgt)
-
-    monkeypatch.setattr(cdmpp.features, "extract", recording)
+    seen = extracting_threads
     with tvm.transform.PassContext(instruments=[PassTimingInstrument()]):
         extract_each(objs[:3], target, threads=2)
     assert seen == {threading.get_ident()}
