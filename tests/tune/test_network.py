@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -22,6 +23,9 @@ def test_tune_writes_a_database_that_replaces_the_networks_kernels(tmp_path, tin
     printed = capsys.readouterr().out
     assert "mlp: 2 kernels tuned, 4 programs measured" in printed
     assert f"cdmpp e2e --onnx {onnx_path} --tuning-db {out} --measure" in printed
+    # where the time went, from this run's lines of the task scheduler's log
+    assert re.search(r"tuning took [\d.]+ min: search \d+ s, builds \d+ s, runs \d+ s over "
+                     r"[1-9]\d* rounds", printed)
     device = local_device()
     assert json.loads((out / "device.json").read_text())["device_id"] == device.device_id
     lines = (out / "database_tuning_record.json").read_text().splitlines()

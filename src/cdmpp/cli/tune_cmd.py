@@ -64,6 +64,9 @@ def run(args) -> int:
     added = summary.records_after - summary.records_before
     print(f"{name}: {len(summary.tasks)} kernels tuned, {added} programs measured "
           f"({summary.records_after} in {summary.out})")
+    if summary.phases is not None and summary.wall_s is not None:
+        print(f"tuning took {summary.wall_s / 60:.1f} min: {summary.phases} (the task "
+              f"scheduler's log)")
     for why in summary.skipped:
         print(f"  left untuned: {why}")
     source = f"--onnx {args.onnx}" if args.onnx else f"--network {args.network}"

@@ -14,7 +14,9 @@ skips the programs the database already holds.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 COST_MODELS = ("cdmpp", "xgb", "random")  # cdmpp's, or TVM's own for comparison
 
@@ -26,6 +28,8 @@ class TuneSummary:
     skipped: tuple[str, ...] = field(default=())  # "name: why" meta_schedule cannot schedule
     records_before: int = 0
     records_after: int = 0
+    wall_s: float | None = None  # the tuning itself (ms.tune_tasks)
+    phases: object = None  # phases.TuningPhases of this run, from the task scheduler's log
 
 
 def _tasks(net, target, seed: int, work_dir: str, log):
@@ -88,6 +92,7 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
     from cdmpp.e2e.kernels import lower_network
     from cdmpp.tune.builder import builder
     from cdmpp.tune.cost_model import cost_model as cdmpp_cost_model
+    from cdmpp.tune.phases import log_size, phases_since
     from cdmpp.tune.runner import runner
     from cdmpp.tvm_env import meta_schedule
 
@@ -116,9 +121,11 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
     if not contexts:
         raise RuntimeError(f"{name}: meta_schedule can schedule none of its kernels")
     log(f"tuning {len(contexts)} kernels with {trials} trials ({cost_model} cost model)")
+    log_offset, started = log_size(out), time.monotonic()
     ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=str(out),
                   max_trials_global=trials, num_trials_per_iter=trials_per_round,
                   builder=builder(build_timeout_s), runner=runner(device.threads),
                   database="json", cost_model=search_model)
+    wall_s = time.monotonic() - started
     return TuneSummary(str(out), tuple(c.task_name for c in contexts), tuple(skipped), before,
-                       _count_records(out))
+                       _count_records(out), wall_s, phases_since(out, log_offset, datetime.now()))
