@@ -6,14 +6,14 @@ from datetime import datetime
 
 from cdmpp.tune.phases import SCHEDULER_LOG, log_size, phases_from_log, phases_since
 
-# lines of a real `cdmpp tune` log (ResNet-18 on Zen 3), the table rows between them dropped
+# lines as a real `cdmpp tune` log writes them (ResNet-18 on Zen 3), with a table row between
 LOG = """\
 2026-12-02 00:50:40 [INFO] [task_scheduler.cc:174] Initializing Task #0: "conv2d"
 2026-12-02 00:50:41 [INFO] [task_scheduler.cc:195] TaskScheduler picks Task #0: "conv2d"
 2026-12-02 00:51:26 [INFO] [task_scheduler.cc:208] Sending 32 sample(s) to builder
 2026-12-02 00:51:41 [INFO] [task_scheduler.cc:218] Sending 32 valid sample(s) to runner
  ID |                                      Name |      FLOP | Weight | Speed (GFLOPS)
-2026-12-02 00:52:05 [INFO] [task_scheduler.cc:195] TaskScheduler picks Task #1: "fused_batch_norm_relu"
+2026-12-02 00:52:05 [INFO] [task_scheduler.cc:195] TaskScheduler picks Task #2: "max_pool2d"
 2026-12-02 00:52:10 [INFO] [task_scheduler.cc:208] Sending 1 sample(s) to builder
 2026-12-02 00:52:15 [INFO] [task_scheduler.cc:218] Sending 1 valid sample(s) to runner
 """

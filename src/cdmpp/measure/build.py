@@ -5,10 +5,11 @@ interrupted. So a forked child (it inherits the imported TVM and the modules: no
 unlike LocalBuilder's workers, and nothing to serialize) compiles the programs whose indices
 it is sent on a pipe, in order, and is killed when one takes longer than the time limit; a
 new child then goes on with the next program. Several children can take programs from one
-queue (`compile_from_queue`), each the next as it finishes one. The child writes each compiled module as LLVM IR text
-(`write_to_file(..., "ll")`, ~1 ms) and reports it on a pipe; the parent loads it (~4 ms) and
-asks for its entry function, which is when LLVM emits the machine code (60-100 ms per program
-here), while the child compiles the next ones on the other core. The loaded module gives the
+queue (`compile_from_queue`), each the next as it finishes one. The child writes each
+compiled module as LLVM IR text (`write_to_file(..., "ll")`, ~1 ms) and reports it on a pipe;
+the parent loads it (~4 ms) and asks for its entry function, which is when LLVM emits the
+machine code (60-100 ms per program here), while the child compiles the next ones on the
+other core. The loaded module gives the
 same assembly as the compiled one (29 of 29 programs of the ten operators of
 benchmarks/collect.py) and the same outputs (tests/measure/test_build.py). Shipping a shared
 library instead costs ~0.3 s per program (exporting and linking with the system compiler);

@@ -8,9 +8,9 @@ tensor intrinsics), and a worker killed at the time limit is replaced by a new o
 it again. This builder is the collector's (`cdmpp.measure.build`): a child forked from the
 tuning process inherits the imported TVM, compiles the programs it takes from the batch's
 queue, and is killed (and replaced by a new fork) when one program takes longer than
-`timeout_s`. One child per core compiles at once: the tuner times nothing while it builds (the collector, which
-times while it compiles, keeps to one). Each program is handed to the runner as LLVM IR
-(`.ll`), which TVM's LocalRunner loads as it loads a library.
+`timeout_s`. One child per core compiles at once: the tuner times nothing while it builds
+(the collector, which times while it compiles, keeps to one). Each program is handed to the
+runner as LLVM IR (`.ll`), which TVM's LocalRunner loads as it loads a library.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cdmpp.tune.phases import TuningPhases
 
 COST_MODELS = ("cdmpp", "xgb", "random")  # cdmpp's, or TVM's own for comparison
 
@@ -29,7 +33,7 @@ class TuneSummary:
     records_before: int = 0
     records_after: int = 0
     wall_s: float | None = None  # the tuning itself (ms.tune_tasks)
-    phases: object = None  # phases.TuningPhases of this run, from the task scheduler's log
+    phases: TuningPhases | None = None  # this run's, from the task scheduler's log
 
 
 def _tasks(net, target, seed: int, work_dir: str, log):
