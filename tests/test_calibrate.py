@@ -276,3 +276,24 @@ def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):
                                      log=logs.append)
         assert isinstance(other, CDMPPRegressor)
     assert len(logs) == 2 and "fitted for another device" in logs[0]
+
+
+def test_without_a_model_it_starts_from_the_one_predict_uses_on_this_device(
+        base_model, tmp_path, monkeypatch):
+    from conftest import MATMUL_64, SOFTMAX_SMALL
+
+    import cdmpp.model.registry as registry
+    from cdmpp.device import local_device
+
+    asked = []
+
+    def for_device(device_id):  # stands in for the shipped model of this CPU
+        asked.append(device_id)
+        return str(base_model)
+
+    monkeypatch.setattr(registry, "for_device", for_device)
+    config = CalibrateConfig(out=str(tmp_path / "here"), tasks=2, programs_per_task=0,
+                             rescale=True)
+    info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None,
+                     progress=False)
+    assert asked == [local_device().device_id] and info["base_model"] == str(base_model)

@@ -59,7 +59,9 @@ RESCALE_TASKS = 20
 @dataclass(frozen=True)
 class CalibrateConfig:
     out: str
-    model: str = "default"
+    # the model to start from; None: the shipped model of the device calibrated, the one
+    # `predict`, `e2e` and `tune` use there (`registry.for_device`)
+    model: str | None = None
     budget_minutes: float | None = None  # total time; with `tasks` unset it also sizes k
     tasks: int | None = None  # k: how many tasks to measure (0: none, fine-tune on `data`)
     programs_per_task: int = 8
@@ -215,7 +217,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     from cdmpp.device import device_vector, local_device
     from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
-    from cdmpp.model.registry import check_output_dir, load_estimator, save_estimator
+    from cdmpp.model.registry import check_output_dir, for_device, load_estimator, save_estimator
     from cdmpp.model.scaled import unscaled
     from cdmpp.programs.catalog import select
 
@@ -230,13 +232,15 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     for path in config.data:
         find_databases(path)  # a wrong --data fails before anything is written or measured
     check_output_dir(config.out)  # else found only when saving, after all the measuring
+    here = local_device(config.threads, config.mcpu)
+    if config.model is None:
+        config = replace(config, model=for_device(here.device_id))
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
     members = cdmpp_members(base, config.model)
     first = members[0]
     # --data of another device is refused before anything is written (a database without
     # device.json, as TVM's own tuner writes, is taken when its target is this one's)
-    here = local_device(config.threads, config.mcpu)
     _check_data_devices(config.data, (here.device_id, target_device_id(here.target)))
     # the measured device, kept in the data directory: the collector reuses its figures, and
     # a resumed calibration gives the same device vector

@@ -18,8 +18,9 @@ def add_parser(subparsers) -> None:
                     "--rescale, one factor instead of fine-tuning (a minute, for a new CPU).")
     p.add_argument("--out", required=True, metavar="MODEL_DIR",
                    help="the calibrated model; its measurements go to MODEL_DIR.data/")
-    p.add_argument("--model", default="default", metavar="BASE",
-                   help="the model to start from (default: the shipped one)")
+    p.add_argument("--model", default=None, metavar="BASE",
+                   help="the model to start from (default: the shipped model of this CPU, "
+                        "the one predict, e2e and tune use here; `default` on a CPU with none)")
     p.add_argument("--budget-minutes", type=positive_float, default=None, metavar="M",
                    help="total time; without --tasks it also decides how many tasks fit")
     p.add_argument("--tasks", type=non_negative_int, default=None, metavar="K",
