@@ -164,6 +164,10 @@ def test_rescale_measures_default_programs_and_saves_the_base_times_one_factor(b
     assert low <= model.scale_ <= high and tuple(model.scale_interval_) == (low, high)
     assert model.scale_ == pytest.approx(median_ratio(data.latency_s,
                                                       base.predict(data.programs)))
+    # each program's factor from its 5 nearest measured programs: with two measured, both,
+    # which is the one factor
+    assert info["rescale_neighbors"] == model.neighbors == 5
+    assert len(model.anchors_.log_ratios) == 2
     np.testing.assert_allclose(model.predict(data.programs),
                                model.scale_ * base.predict(data.programs))
     with pytest.raises(ValueError, match="nothing to adapt"):

@@ -16,10 +16,13 @@
 
 With `rescale`, step 3 fine-tunes nothing: the base model, asked about this device (zero-shot
 from its device vector when the model never saw it), is multiplied by one factor, the median of
-measured / predicted over the programs measured (`model.scaled`). Measuring only the chosen
-tasks' default programs (`programs_per_task=0`, the CLI's default with --rescale), that takes
-about a minute and took the untuned networks of CPUs outside the training CPUs' range from
-21-41% off to 5-10% (docs/cross_device.md, "Every CPU left out in turn").
+measured / predicted over the programs measured (`model.scaled`); with `neighbors` (5 by
+default) each program by the median over the measured programs nearest it in the base model's
+embedding space instead, as kinds of kernel move apart from one machine to another. Measuring
+only the chosen tasks' default programs (`programs_per_task=0`, the CLI's default with
+--rescale), that takes about a minute and took the untuned networks of CPUs outside the
+training CPUs' range from 21-41% off to 5-10% (docs/cross_device.md, "Every CPU left out in
+turn", "A factor per kind of kernel").
 
 A model with a device encoder remembers the device it was calibrated for
 (`CDMPPRegressor.device_vector_`), so predicting without device vectors means "this device".
@@ -54,6 +57,11 @@ FINE_TUNES = 3
 # networks 5-41% off by the seed (one factor from ten programs follows a few outliers), at
 # k = 20 5.2-9.8% (docs/cross_device.md, "Every CPU left out in turn").
 RESCALE_TASKS = 20
+# Each program's factor from its 5 nearest measured default programs: simulated for five
+# (model, CPU) pairs, the untuned networks within 10% 55 -> 62 of 90 (KMeans' median seed), the
+# worst of 20 random draws 9.6-18.9% -> 7.0-11.8% mean error; measured on a fresh Zen 3 VM, 7 ->
+# 9 of 9 networks (docs/cross_device.md, "A factor per kind of kernel").
+RESCALE_NEIGHBORS = 5
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,8 @@ class CalibrateConfig:
     fine_tunes: int = FINE_TUNES  # fine-tunings of each base member, all kept (averaged)
     # one factor on the base model for this device instead of fine-tuning (`model.scaled`)
     rescale: bool = False
+    # with rescale: each program's factor from its k nearest measured programs (0: one factor)
+    neighbors: int = RESCALE_NEIGHBORS
 
     def __post_init__(self):
         if self.fine_tunes < 1:
@@ -86,6 +96,8 @@ class CalibrateConfig:
         if self.programs_per_task < 0:
             raise ValueError(f"programs_per_task must be at least 0, not "
                              f"{self.programs_per_task}")
+        if self.neighbors < 0:
+            raise ValueError(f"neighbors must be at least 0, not {self.neighbors}")
         if self.rescale and self.adapt:
             raise ValueError("rescale trains nothing, so there is nothing to adapt: drop adapt")
 
@@ -273,11 +285,14 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                            f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
                            (": raise the budget" if measure else ""))
     if config.rescale:
-        model = rescaled_model(config.model, device, vector, train.programs, train.latency_s)
+        model = rescaled_model(config.model, device, vector, train.programs, train.latency_s,
+                               config.neighbors)
         low, high = model.scale_interval_
         log(f"rescaled {config.model} for device {device.device_id}: x{model.scale_:.3f}, the "
             f"median of measured / predicted over {len(train.latency_s)} programs (90% "
-            f"bootstrap interval x{low:.3f}-{high:.3f}: a wide one says measure more tasks)")
+            f"bootstrap interval x{low:.3f}-{high:.3f}: a wide one says measure more tasks)"
+            + (f"; each program by its {config.neighbors} nearest of them" if config.neighbors
+               else ""))
     else:
         model = fine_tuned_model(base, members, train.programs.with_device(vector),
                                  train.latency_s, config, vector,
@@ -291,8 +306,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
             "adapt": config.adapt, "fine_tunes": 0 if config.rescale else config.fine_tunes,
-            **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_}
-               if config.rescale else {}),
+            **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_,
+                "rescale_neighbors": config.neighbors} if config.rescale else {}),
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(model, config.out, trained_on=info)
     log(f"saved {config.out}: {'rescaled' if config.rescale else 'fine-tuned'} on "
@@ -302,10 +317,11 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     return info
 
 
-def rescaled_model(spec, device, vector, programs, latency_s):
+def rescaled_model(spec, device, vector, programs, latency_s, neighbors: int = 0):
     """`ScaledRegressor` of model `spec` asked about `device` (its own vector when the model
     was trained on it, else zero-shot from `device`'s; a model without a device encoder as it
-    is), its factor learned from `programs` measured here."""
+    is), its factor (or with `neighbors`, each program's) learned from `programs` measured
+    here."""
     from cdmpp.model.registry import knows_device, load_estimator
     from cdmpp.model.scaled import ScaledRegressor, unscaled
 
@@ -314,7 +330,7 @@ def rescaled_model(spec, device, vector, programs, latency_s):
     else:
         here = device.device_id if knows_device(spec, device.device_id) else device
         base = load_estimator(spec, for_device=here)
-    return ScaledRegressor(unscaled(base)).fit(programs, latency_s)
+    return ScaledRegressor(unscaled(base), neighbors).fit(programs, latency_s)
 
 
 def _check_data_devices(data, device_ids: tuple) -> None:

@@ -138,6 +138,32 @@ def test_the_table_says_when_the_network_was_timed(lowered):
         replace(m, started_utc=None, ended_utc=None)))
 
 
+def test_untuned_kernels_far_from_their_times_alone_suggest_a_rescale(lowered):
+    from dataclasses import replace
+
+    from cdmpp.e2e.measure import NetworkMeasurement
+    from cdmpp.e2e.report import format_table
+    from cdmpp.types import Measurement, PassStats
+
+    r, _, first, second = _tiny_mlp_predicted(lowered)  # 0.044 ms predicted
+
+    def measured(first_alone_s):
+        timing = Measurement((5e-5,), (PassStats((5e-5,), 1.0),))
+        alone = {first: Measurement((first_alone_s,), (PassStats((first_alone_s,), 1.0),)),
+                 second: Measurement((1e-5,), (PassStats((1e-5,), 1.0),))}
+        return r.with_measurement(NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone))
+
+    fast = measured(2e-5)  # kernels alone replay to 0.034 ms: the model is 1.29x
+    assert "hint       the prediction is 1.29x the replay of the kernels timed alone here: " \
+           "this machine likely runs faster" in format_table(fast)
+    assert "runs slower" in format_table(measured(6e-5))  # 0.074 ms: 0.59x
+    assert "hint" not in format_table(measured(2.9e-5))  # 0.043 ms: within 5%
+    # tuned kernels: their error is the model's on searched programs, not the device's speed
+    tuned = replace(fast, kernels=tuple(replace(k, tuned=True) for k in fast.kernels))
+    assert "hint" not in format_table(tuned)
+    assert "hint" not in format_table(r)  # nothing timed, nothing to say
+
+
 def test_json_has_the_stated_keys(lowered):
     r = predict_network(StubEstimator(), lowered("tiny_branch"), overhead=None)
     d = json.loads(json.dumps(r.to_json()))

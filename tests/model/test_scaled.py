@@ -68,3 +68,72 @@ def test_save_load_round_trips_and_a_scaled_model_predicts_for_its_device_only(t
     assert load_estimator(path, for_device="aaaa").scale_ == again.scale_  # its own device
     with pytest.raises(ValueError, match="rescaled for device aaaa.*not bbbb.*zen3"):
         load_estimator(path, for_device="bbbb")
+
+
+class Embedded(Constant):
+    """A constant model that places each program by its mean feature (as a CDMPP model places
+    programs by its pooled transformer output)."""
+
+    def embed(self, programs):
+        return np.array([[f.mean()] for f in programs.leaf_features])
+
+
+def _two_kinds(n_each=6, seed=0):
+    """Programs of two kinds, far apart in the embedding: features near 0.1 and near 0.9."""
+    from cdmpp.dataset.programs import ProgramSet
+
+    rng = np.random.default_rng(seed)
+    feats = tuple((level + 0.02 * rng.random((2, 164))).astype(np.float32)
+                  for level in [0.1] * n_each + [0.9] * n_each)
+    return ProgramSet(feats, tuple(np.arange(2, dtype=np.int32) for _ in feats))
+
+
+def test_with_neighbors_each_program_takes_the_factor_of_the_measured_programs_nearest_it():
+    programs = _two_kinds()
+    # on this machine the first kind runs 1.2x the base's 1 ms, the second 2x
+    y = np.array([1.2e-3] * 6 + [2.0e-3] * 6)
+    model = ScaledRegressor(Embedded(1e-3), neighbors=3).fit(programs, y)
+    assert model.scale_ == pytest.approx(np.sqrt(1.2 * 2.0))  # the one factor, still reported
+    np.testing.assert_allclose(model.factors(programs), [1.2] * 6 + [2.0] * 6)
+    new = _two_kinds(2, seed=1)  # programs not measured, two of each kind
+    np.testing.assert_allclose(model.predict(new), [1.2e-3] * 2 + [2.0e-3] * 2)
+    # more neighbors than measured programs: every one of them, i.e. the one factor
+    wide = ScaledRegressor(Embedded(1e-3), neighbors=50).fit(programs, y)
+    np.testing.assert_allclose(wide.factors(new), wide.scale_)
+    # without neighbors, one factor for all
+    np.testing.assert_allclose(ScaledRegressor(Embedded(1e-3)).fit(programs, y).factors(new),
+                               model.scale_)
+    assert len(model.predict(programs.subset(np.arange(0)))) == 0
+    with pytest.raises(ValueError, match="need a model that embeds programs"):
+        ScaledRegressor(Constant(1e-3), neighbors=3).fit(programs, y)
+    with pytest.raises(ValueError, match="neighbors must be >= 0"):
+        ScaledRegressor(Embedded(1e-3), neighbors=-1).fit(programs, y)
+
+
+def test_per_program_factors_survive_save_and_load(tmp_path):
+    from cdmpp.model.config import ModelConfig, TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    programs, y = random_programs(30)
+    base = CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                      head_hidden=(16,)),
+                          TrainConfig(epochs=2, batch_size=8, threads=1, seed=0)).fit(programs, y)
+    measured = y * np.where(np.arange(30) % 2, 1.5, 0.8)  # two speeds, not one factor
+    model = ScaledRegressor(base, neighbors=5).fit(programs, measured)
+    path = save_estimator(model, tmp_path / "scaled", trained_on={"device_id": "aaaa"})
+    again = load_estimator(path)
+    assert again.neighbors == 5 and len(again.anchors_.log_ratios) == 30
+    np.testing.assert_array_equal(again.predict(programs), model.predict(programs))
+    assert len(np.unique(np.round(model.factors(programs), 9))) > 1  # not one factor
+    # a model rescaled before per-program factors (format 1: one factor) still loads as one
+    import json
+
+    from cdmpp.model.registry import MODEL_NAME
+
+    file = path / MODEL_NAME / "scaled.json"
+    meta = json.loads(file.read_text())
+    old = {k: meta[k] for k in ("kind", "scale", "scale_interval_90", "records")}
+    file.write_text(json.dumps({**old, "format": 1}))
+    one = load_estimator(path)
+    assert one.neighbors == 0 and one.anchors_ is None
+    np.testing.assert_allclose(one.predict(programs), model.scale_ * base.predict(programs))

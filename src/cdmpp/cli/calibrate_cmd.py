@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cdmpp.calibrate import FINE_TUNES, RESCALE_TASKS
+from cdmpp.calibrate import FINE_TUNES, RESCALE_NEIGHBORS, RESCALE_TASKS
 from cdmpp.cli import csv_list, non_negative_int, positive_float, positive_int
 
 
@@ -37,6 +37,11 @@ def add_parser(subparsers) -> None:
                         "over the programs measured (without --tasks or --budget-minutes: "
                         f"{RESCALE_TASKS} tasks' default programs, about a minute). Fixes a new "
                         "CPU's overall speed, not the order of its programs")
+    p.add_argument("--neighbors", type=non_negative_int, default=RESCALE_NEIGHBORS, metavar="K",
+                   help="with --rescale: each program's factor is the median over the K "
+                        "measured programs nearest it in the base model's embedding (kinds of "
+                        "kernel speed up or slow down apart); 0: one factor for all "
+                        "(default: %(default)s)")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
                    help="domain adaptation towards every catalog task's default program here "
                         "(off by default: in the leave-one-device-out runs it helped little, and "
@@ -77,6 +82,7 @@ def run(args) -> int:
         selection=args.selection, adapt=args.adapt,
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
         mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
-        data=tuple(args.data), fine_tunes=args.fine_tunes, rescale=args.rescale))
+        data=tuple(args.data), fine_tunes=args.fine_tunes, rescale=args.rescale,
+        neighbors=args.neighbors))
     print(json.dumps(info, indent=1))
     return 0

@@ -44,6 +44,32 @@ def placement_lines(measurement) -> list[str]:
     return []
 
 
+# Untuned kernels predicted this far from their own times here point at the machine's speed
+# (a rescale fixes it): on the devices they were fitted for, the shipped models put the untuned
+# networks 1.5-4.1% off on average (README), and README's ResNet-18 on a 9%-slower Zen 3 VM
+# came out 0.91x its kernels' replay and -10.9% off the network.
+RESCALE_HINT_REL = 0.05
+
+
+def rescale_hint(result) -> list[str]:
+    """A hint line when the model's untuned kernels together are more than `RESCALE_HINT_REL`
+    off the replay of their own times here: the sign that this machine runs faster or slower
+    than the one the model's labels were timed on, which `cdmpp calibrate --rescale` measures
+    (it fixed the untuned networks of a fresh, 7-17% slower Zen 3 VM: docs/cross_device.md).
+    Not for tuned kernels: their error is the model's on searched programs, which a rescale
+    made worse."""
+    alone = result.measured_kernels_replay_s
+    if not alone or any(k.tuned for k in result.kernels):
+        return []
+    ratio = result.predicted_s / alone
+    if abs(ratio - 1) <= RESCALE_HINT_REL:
+        return []
+    return [f"hint       the prediction is {ratio:.2f}x the replay of the kernels timed alone "
+            "here: this machine likely runs {} than the one the model's labels were timed on; "
+            "`cdmpp calibrate --rescale --out DIR` (about 2 minutes) fits the model's scale "
+            "here, then use `--model DIR`".format("slower" if ratio < 1 else "faster")]
+
+
 def _when(measurement) -> str:
     """' (timed 2026-11-28 15:18-15:58 UTC)', or '' when the measurement does not say."""
     start, end = (getattr(measurement, k, None) for k in ("started_utc", "ended_utc"))
@@ -82,6 +108,7 @@ def format_table(result, top: int = 10) -> str:
                 alone = result.measured_kernels_replay_s
                 line += f"; {100 * (inside / alone - 1):+.1f}% vs the replay of them alone"
             lines.append(line)
+        lines += rescale_hint(result)
     in_database = any(k.database_s is not None for k in result.kernels)
     if result.database_replay_s is not None:
         db = result.database_replay_s

@@ -1,4 +1,4 @@
-"""A fitted model times one factor: a new device's speed learned from a few of its programs.
+"""A fitted model times a factor: a new device's speed learned from a few of its programs.
 
 Asked about a CPU it never saw, a multi-device model predicts from the device vector alone
 (zero-shot), and with three or four training CPUs that vector says little: left out in turn,
@@ -12,19 +12,28 @@ minute) took that to 5-10%; it cannot fix the order of programs, which only fine
     model.scale_interval_                                    # its 90% bootstrap interval
     model.predict(programs)                                  # base.predict(programs) * scale_
 
-Saved as a directory: `scaled.json` (format, scale, its interval, records) and `model/`
-(`save_estimator`).
+A device does not speed up or slow down every kind of kernel alike (a fresh Zen 3 VM ran the
+untuned CNNs 7-12% slower than the one `zen3` learnt from, BERT-base and GPT-2 about 20%), so
+with `neighbors=k` each program gets its own factor: the median measured / predicted of the k
+measured programs nearest to it in the base model's embedding space (`anchors_`): on that
+VM, 9 of 9 untuned networks within 10% against 7 of 9 with one factor (docs/cross_device.md,
+"A factor per kind of kernel"). `scale_` stays the one factor over all of them, which the
+summary reports.
+
+Saved as a directory: `scaled.json` (format, scale, its interval, records, and the anchors
+with `neighbors`) and `model/` (`save_estimator`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from cdmpp.baselines import BaselineMixin
 
-_FORMAT = 1
+_FORMAT = 2  # 2: anchors for per-program factors (format 1, one factor, still loads)
 _META = "scaled.json"
 
 
@@ -57,35 +66,99 @@ def median_ratio_interval(measured_s, predicted_s, level: float = 0.9, draws: in
     return float(np.exp(low)), float(np.exp(high))
 
 
+def embedder(model):
+    """The estimator whose `embed` places programs for `neighbors`: `model` itself, the model
+    under a default-program expert, or an ensemble's first member (the one `cdmpp calibrate`
+    chooses tasks with)."""
+    seen = model
+    for _ in range(3):
+        if hasattr(seen, "embed"):
+            return seen
+        seen = getattr(seen, "model_", None) or (getattr(seen, "members_", None) or [None])[0]
+    raise ValueError(f"per-program factors need a model that embeds programs (a CDMPP model); "
+                     f"{type(model).__name__} does not: use neighbors=0")
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """The measured programs a per-program factor is read from: their embeddings standardized
+    by their own mean and spread (each dimension counts alike), and log(measured / predicted)."""
+    embeddings: np.ndarray  # (n, d), standardized
+    mean: np.ndarray  # (d,)
+    std: np.ndarray  # (d,)
+    log_ratios: np.ndarray  # (n,)
+
+    @classmethod
+    def of(cls, embeddings, log_ratios) -> "Anchors":
+        z = np.asarray(embeddings, dtype=np.float64)
+        mean, std = z.mean(axis=0), z.std(axis=0) + 1e-6
+        return cls((z - mean) / std, mean, std, np.asarray(log_ratios, dtype=np.float64))
+
+    def factors(self, embeddings, neighbors: int) -> np.ndarray:
+        """exp(median log ratio of the `neighbors` anchors nearest each embedding)."""
+        z = (np.asarray(embeddings, dtype=np.float64) - self.mean) / self.std
+        k = min(neighbors, len(self.log_ratios))
+        dist = ((z[:, None, :] - self.embeddings[None]) ** 2).sum(axis=-1)
+        nearest = np.argsort(dist, axis=1, kind="stable")[:, :k]
+        return np.exp(np.median(self.log_ratios[nearest], axis=1))
+
+    def to_json(self) -> dict:
+        return {"embeddings": self.embeddings.tolist(), "mean": self.mean.tolist(),
+                "std": self.std.tolist(), "log_ratios": self.log_ratios.tolist()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Anchors":
+        return cls(*(np.asarray(d[k], dtype=np.float64)
+                     for k in ("embeddings", "mean", "std", "log_ratios")))
+
+
 class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, score
     _fitted_attr = "scale_"
 
-    def __init__(self, model=None):
+    def __init__(self, model=None, neighbors: int = 0):
         self.model = model  # a fitted estimator, predicting for the device the scale is for
+        self.neighbors = neighbors  # 0: one factor; k: each program's from its k nearest
 
     def fit(self, programs, y) -> "ScaledRegressor":
-        """Learn the factor from programs measured on the device (`model` is not refitted)."""
+        """Learn the factor(s) from programs measured on the device (`model` is not refitted)."""
         if self.model is None:
             raise ValueError("a ScaledRegressor scales a fitted model: ScaledRegressor(model)")
+        if self.neighbors < 0:
+            raise ValueError(f"neighbors must be >= 0, not {self.neighbors}")
         predicted = self.model.predict(programs)
         self.scale_ = median_ratio(y, predicted)
         self.scale_interval_ = median_ratio_interval(y, predicted)  # 90%, bootstrap
+        self.anchors_ = None
+        if self.neighbors:
+            self.anchors_ = Anchors.of(embedder(self.model).embed(programs),
+                                       np.log(np.asarray(y, dtype=np.float64) / predicted))
         self.model_, self.n_records_ = self.model, int(len(y))
         return self
 
     @classmethod
-    def from_fitted(cls, model, scale: float, n_records: int = 0,
-                    interval=None) -> "ScaledRegressor":
+    def from_fitted(cls, model, scale: float, n_records: int = 0, interval=None,
+                    neighbors: int = 0, anchors: Anchors | None = None) -> "ScaledRegressor":
         if not (np.isfinite(scale) and scale > 0):
             raise ValueError(f"scale must be finite and positive, not {scale}")
-        out = cls(model)
+        if bool(neighbors) != (anchors is not None):
+            raise ValueError("per-program factors need both neighbors and anchors")
+        out = cls(model, neighbors)
         out.model_, out.scale_, out.n_records_ = model, float(scale), int(n_records)
         out.scale_interval_ = None if interval is None else tuple(float(x) for x in interval)
+        out.anchors_ = anchors
         return out
+
+    def factors(self, programs) -> np.ndarray:
+        """(n,) the factor each program's base prediction is multiplied by."""
+        self._check_fitted()
+        if self.anchors_ is None or not len(programs):
+            return np.full(len(programs), self.scale_)
+        return self.anchors_.factors(embedder(self.model_).embed(programs), self.neighbors)
 
     def predict(self, programs) -> np.ndarray:
         self._check_fitted()
-        return np.asarray(self.model_.predict(programs), dtype=np.float64) * self.scale_
+        return (np.asarray(self.model_.predict(programs), dtype=np.float64)
+                * self.factors(programs))
 
     def save(self, path) -> Path:
         from cdmpp.model.registry import save_composite
@@ -94,16 +167,23 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
         return save_composite(path, {"model": self.model_}, _META,
                               {"kind": "scaled", "format": _FORMAT, "scale": self.scale_,
                                "scale_interval_90": self.scale_interval_,
-                               "records": self.n_records_})
+                               "records": self.n_records_, "neighbors": self.neighbors,
+                               "anchors": None if self.anchors_ is None
+                               else self.anchors_.to_json()})
 
     @classmethod
     def load(cls, path) -> "ScaledRegressor":
         from cdmpp.model.registry import load_estimator, read_composite_meta
 
         path = Path(path)
-        meta = read_composite_meta(path, _META, "scaled", _FORMAT, "ScaledRegressor")
+        try:
+            meta = read_composite_meta(path, _META, "scaled", _FORMAT, "ScaledRegressor")
+        except ValueError:  # one factor, as written before per-program factors
+            meta = read_composite_meta(path, _META, "scaled", 1, "ScaledRegressor")
+        anchors = meta.get("anchors")
         return cls.from_fitted(load_estimator(path / "model"), meta["scale"], meta["records"],
-                               meta.get("scale_interval_90"))
+                               meta.get("scale_interval_90"), meta.get("neighbors", 0),
+                               None if anchors is None else Anchors.from_json(anchors))
 
 
 def unscaled(model):
