@@ -92,7 +92,9 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--device", required=True, help="the held-out CPU's device.json")
     parser.add_argument("--db", required=True, help="a collection of the held-out CPU")
-    parser.add_argument("--networks", required=True, help="a benchmarks/e2e.py --json")
+    parser.add_argument("--networks", required=True,
+                        help="the untuned totals measured on that CPU: benchmarks/measured/"
+                             "<device id>-untuned.json, or a benchmarks/e2e.py --json")
     parser.add_argument("--ks", default="10,20")
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=3)
@@ -119,6 +121,7 @@ def main() -> int:
 
     def for_device(programs):
         return programs.with_device(device_vector(device)) if takes_device(model) else programs
+
     embedder = cdmpp_members(model, args.model)[0]
     with tempfile.TemporaryDirectory() as tmp:
         build_store([args.db], Path(tmp), progress=False)

@@ -36,6 +36,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+# the CDMPP models a base is made of: each is fine-tuned, the first's embeddings choose tasks
+from cdmpp.model.members import cdmpp_members
+
 # Measured collection speed on a 2-core VM (docs/measurement.md), to size k from a budget.
 PROGRAMS_PER_HOUR = 3000.0
 # Of a time budget, the share given to measuring (the rest: task selection and fine-tuning,
@@ -60,7 +63,8 @@ RESCALE_TASKS = 20
 # Each program's factor from its 5 nearest measured default programs: simulated for five
 # (model, CPU) pairs, the untuned networks within 10% 55 -> 62 of 90 (KMeans' median seed), the
 # worst of 20 random draws 9.6-18.9% -> 7.0-11.8% mean error; measured on a fresh Zen 3 VM, 7 ->
-# 9 of 9 networks (docs/cross_device.md, "A factor per kind of kernel").
+# 9 of 9 networks at batch 1, 4 -> 7 of 7 CNNs at batch 4 (docs/cross_device.md, "A factor per
+# kind of kernel").
 RESCALE_NEIGHBORS = 5
 
 
@@ -148,25 +152,6 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
         chosen += kmeans_select(z[rest], [names[i] for i in rest], min(step, k - len(chosen)),
                                 seed=seed)
     return chosen
-
-
-def cdmpp_members(model, name) -> list:
-    """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
-    (e.g. the shipped default, three seeds). Each is fine-tuned; the first's embeddings choose
-    the tasks. A default-program expert beside them (`model.default_expert`) is not
-    fine-tuned (`fine_tuned_model` keeps it only for the device it was fitted for)."""
-    from cdmpp.model.default_expert import DefaultExpertRegressor
-    from cdmpp.model.ensemble import EnsembleRegressor
-    from cdmpp.model.estimator import CDMPPRegressor
-
-    if isinstance(model, DefaultExpertRegressor):
-        model = model.model_
-    members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
-    bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
-    if bad:
-        raise ValueError(f"calibrate fine-tunes CDMPP models; {str(name)!r} is or holds "
-                         f"another kind: {', '.join(bad)}")
-    return list(members)
 
 
 def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig, vector,

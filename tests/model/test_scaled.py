@@ -70,54 +70,34 @@ def test_save_load_round_trips_and_a_scaled_model_predicts_for_its_device_only(t
         load_estimator(path, for_device="bbbb")
 
 
-class Embedded(Constant):
-    """A constant model that places each program by its mean feature (as a CDMPP model places
-    programs by its pooled transformer output)."""
+def test_each_program_takes_the_median_factor_of_the_measured_programs_nearest_it():
+    from cdmpp.model.scaled import Anchors
 
-    def embed(self, programs):
-        return np.array([[f.mean()] for f in programs.leaf_features])
-
-
-def _two_kinds(n_each=6, seed=0):
-    """Programs of two kinds, far apart in the embedding: features near 0.1 and near 0.9."""
-    from cdmpp.dataset.programs import ProgramSet
-
-    rng = np.random.default_rng(seed)
-    feats = tuple((level + 0.02 * rng.random((2, 164))).astype(np.float32)
-                  for level in [0.1] * n_each + [0.9] * n_each)
-    return ProgramSet(feats, tuple(np.arange(2, dtype=np.int32) for _ in feats))
+    # measured programs of two kinds, far apart in the embedding: the first ran 1.2x the
+    # base's prediction here, the second 2x (one of them 3x: the median ignores it)
+    z = np.array([[0.10], [0.11], [0.12], [0.90], [0.91], [0.92]])
+    ratios = np.array([1.2, 1.2, 1.2, 2.0, 2.0, 3.0])
+    anchors = Anchors.of(z, np.log(ratios))
+    new = np.array([[0.105], [0.95], [0.5001]])  # near the first kind, the second, between
+    np.testing.assert_allclose(anchors.factors(new, 3)[:2], [1.2, 2.0])
+    # more neighbors than anchors: every one, the median over all
+    np.testing.assert_allclose(anchors.factors(new, 50), np.sqrt(1.2 * 2.0))
+    again = Anchors.from_json(anchors.to_json())
+    np.testing.assert_array_equal(again.factors(new, 3), anchors.factors(new, 3))
 
 
-def test_with_neighbors_each_program_takes_the_factor_of_the_measured_programs_nearest_it():
-    programs = _two_kinds()
-    # on this machine the first kind runs 1.2x the base's 1 ms, the second 2x
-    y = np.array([1.2e-3] * 6 + [2.0e-3] * 6)
-    model = ScaledRegressor(Embedded(1e-3), neighbors=3).fit(programs, y)
-    assert model.scale_ == pytest.approx(np.sqrt(1.2 * 2.0))  # the one factor, still reported
-    np.testing.assert_allclose(model.factors(programs), [1.2] * 6 + [2.0] * 6)
-    new = _two_kinds(2, seed=1)  # programs not measured, two of each kind
-    np.testing.assert_allclose(model.predict(new), [1.2e-3] * 2 + [2.0e-3] * 2)
-    # more neighbors than measured programs: every one of them, i.e. the one factor
-    wide = ScaledRegressor(Embedded(1e-3), neighbors=50).fit(programs, y)
-    np.testing.assert_allclose(wide.factors(new), wide.scale_)
-    # without neighbors, one factor for all
-    np.testing.assert_allclose(ScaledRegressor(Embedded(1e-3)).fit(programs, y).factors(new),
-                               model.scale_)
-    assert len(model.predict(programs.subset(np.arange(0)))) == 0
-    with pytest.raises(ValueError, match="need a model that embeds programs"):
-        ScaledRegressor(Constant(1e-3), neighbors=3).fit(programs, y)
-    with pytest.raises(ValueError, match="neighbors must be >= 0"):
-        ScaledRegressor(Embedded(1e-3), neighbors=-1).fit(programs, y)
-
-
-def test_per_program_factors_survive_save_and_load(tmp_path):
+def _tiny_cdmpp(programs, y):
     from cdmpp.model.config import ModelConfig, TrainConfig
     from cdmpp.model.estimator import CDMPPRegressor
 
-    programs, y = random_programs(30)
-    base = CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
+    return CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
                                       head_hidden=(16,)),
                           TrainConfig(epochs=2, batch_size=8, threads=1, seed=0)).fit(programs, y)
+
+
+def test_per_program_factors_survive_save_and_load(tmp_path):
+    programs, y = random_programs(30)
+    base = _tiny_cdmpp(programs, y)
     measured = y * np.where(np.arange(30) % 2, 1.5, 0.8)  # two speeds, not one factor
     model = ScaledRegressor(base, neighbors=5).fit(programs, measured)
     path = save_estimator(model, tmp_path / "scaled", trained_on={"device_id": "aaaa"})
@@ -125,6 +105,14 @@ def test_per_program_factors_survive_save_and_load(tmp_path):
     assert again.neighbors == 5 and len(again.anchors_.log_ratios) == 30
     np.testing.assert_array_equal(again.predict(programs), model.predict(programs))
     assert len(np.unique(np.round(model.factors(programs), 9))) > 1  # not one factor
+    assert len(model.predict(programs.subset(np.arange(0)))) == 0
+    # neighbors=0 is the one factor; a model without embeddings cannot have per-program ones
+    np.testing.assert_allclose(ScaledRegressor(base).fit(programs, measured).factors(programs),
+                               model.scale_)
+    with pytest.raises(ValueError, match="need the embeddings of CDMPP models.*Constant"):
+        ScaledRegressor(Constant(1e-3), neighbors=3).fit(programs, measured)
+    with pytest.raises(ValueError, match="neighbors must be >= 0"):
+        ScaledRegressor(base, neighbors=-1).fit(programs, measured)
     # a model rescaled before per-program factors (format 1: one factor) still loads as one
     import json
 

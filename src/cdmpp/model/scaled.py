@@ -67,16 +67,12 @@ def median_ratio_interval(measured_s, predicted_s, level: float = 0.9, draws: in
 
 
 def embedder(model):
-    """The estimator whose `embed` places programs for `neighbors`: `model` itself, the model
-    under a default-program expert, or an ensemble's first member (the one `cdmpp calibrate`
-    chooses tasks with)."""
-    seen = model
-    for _ in range(3):
-        if hasattr(seen, "embed"):
-            return seen
-        seen = getattr(seen, "model_", None) or (getattr(seen, "members_", None) or [None])[0]
-    raise ValueError(f"per-program factors need a model that embeds programs (a CDMPP model); "
-                     f"{type(model).__name__} does not: use neighbors=0")
+    """The CDMPP model whose embedding places programs for `neighbors`: the first of those
+    `model` is made of, the one `cdmpp calibrate` chooses tasks with."""
+    from cdmpp.model.members import cdmpp_members
+
+    return cdmpp_members(model, type(model).__name__, "per-program factors need the "
+                         "embeddings of CDMPP models (use neighbors=0)")[0]
 
 
 @dataclass(frozen=True)
