@@ -55,7 +55,7 @@ def rescale_hint(result) -> list[str]:
     """A hint line when the model's untuned kernels together are more than `RESCALE_HINT_REL`
     off the replay of their own times here: the sign that this machine runs faster or slower
     than the one the model's labels were timed on, which `cdmpp calibrate --rescale` measures
-    (it fixed the untuned networks of a fresh, 7-17% slower Zen 3 VM: docs/cross_device.md).
+    (it fixed the untuned networks of a fresh, 7-19% slower Zen 3 VM: docs/cross_device.md).
     Not for tuned kernels: their error is the model's on searched programs, which a rescale
     made worse."""
     alone = result.measured_kernels_replay_s
