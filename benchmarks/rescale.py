@@ -15,9 +15,9 @@ the rest of the prediction (per-call overhead, weights from memory), which no fa
 
 A rescale measures the default programs of k catalog tasks and multiplies every prediction by
 the median measured / predicted over them; here the held-out CPU's own labels of those
-programs stand in for the measurement, so the CPU need not be at hand. Tasks are chosen as `cdmpp calibrate` chooses them: KMeans over the
-model's embeddings of every catalog default program (seeds 0..--seeds-1), or at random
-(--draws draws). Per rescale: the factor, the per-program MAPE on the records of the tasks not
+programs stand in for the measurement, so the CPU need not be at hand. Tasks are chosen as
+`cdmpp calibrate` chooses them: KMeans over the model's embeddings of every catalog default
+program (seeds 0..--seeds-1), or at random (--draws draws). Per rescale: the factor, the per-program MAPE on the records of the tasks not
 chosen, and the networks' mean |error| and count within 10%, beside zero-shot (no factor).
 
 `--neighbors 0,5` (the default) scores each rescale twice: one factor (0), and each program's

@@ -125,3 +125,8 @@ def test_per_program_factors_survive_save_and_load(tmp_path):
     one = load_estimator(path)
     assert one.neighbors == 0 and one.anchors_ is None
     np.testing.assert_allclose(one.predict(programs), model.scale_ * base.predict(programs))
+    # a format this cdmpp does not know is refused, naming the file and the formats it reads
+    file.write_text(json.dumps({**old, "format": 3}))
+    with pytest.raises(ValueError, match=r"scaled\.json: not ScaledRegressor format 1 or 2 "
+                                         r"\(kind 'scaled', format 3\)"):
+        load_estimator(path)

@@ -187,18 +187,21 @@ def save_composite(path, parts: dict, meta_file: str, meta: dict) -> Path:
     return path
 
 
-def read_composite_meta(path, meta_file: str, kind: str, fmt: int, what: str) -> dict:
+def read_composite_meta(path, meta_file: str, kind: str, fmt, what: str) -> dict:
     """The JSON file `meta_file` that an estimator made of saved estimators (an ensemble, a
-    model with a default-program expert) writes beside them, checked for its kind and format;
-    `what` names the class in errors."""
+    model with a default-program expert) writes beside them, checked for its kind and format
+    (`fmt`: one, or a tuple of those the class still reads); `what` names the class in
+    errors."""
     path = Path(path)
     try:
         meta = json.loads((path / meta_file).read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} is not a saved {what}: {meta_file} is "
                                 f"missing{written_by_save_estimator(path)}") from None
-    if meta.get("kind") != kind or meta.get("format") != fmt:
-        raise ValueError(f"{path / meta_file}: not {what} format {fmt} (kind "
+    formats = fmt if isinstance(fmt, tuple) else (fmt,)
+    if meta.get("kind") != kind or meta.get("format") not in formats:
+        wanted = " or ".join(str(f) for f in formats)
+        raise ValueError(f"{path / meta_file}: not {what} format {wanted} (kind "
                          f"{meta.get('kind')!r}, format {meta.get('format')!r})")
     return meta
 

@@ -175,10 +175,8 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
         from cdmpp.model.registry import load_estimator, read_composite_meta
 
         path = Path(path)
-        try:
-            meta = read_composite_meta(path, _META, "scaled", _FORMAT, "ScaledRegressor")
-        except ValueError:  # one factor, as written before per-program factors
-            meta = read_composite_meta(path, _META, "scaled", 1, "ScaledRegressor")
+        # format 1: one factor, as written before per-program factors
+        meta = read_composite_meta(path, _META, "scaled", (1, _FORMAT), "ScaledRegressor")
         anchors = meta.get("anchors")
         return cls.from_fitted(load_estimator(path / "model"), meta["scale"], meta["records"],
                                meta.get("scale_interval_90"), meta.get("neighbors", 0),
