@@ -337,7 +337,7 @@ def main() -> int:
     models, asked = {}, {}
     for m in names:
         spec, for_device = model_and_device(m)
-        resolved = resolve_for_device(for_device, spec, lambda: device.device_id)
+        resolved = resolve_for_device(for_device, spec, lambda: device)
         models[m] = load_estimator(spec, for_device=resolved)
         # the device it predicts for: the one asked, else the one it was fitted for
         asked[m] = for_device_id(resolved) or fitted_device_id(spec)

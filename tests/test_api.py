@@ -136,6 +136,7 @@ def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead
     monkeypatch.setattr(registry, "load_estimator",
                         lambda spec, for_device=None: FixedEstimator())
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
+    monkeypatch.setattr(registry, "fitted_device", lambda spec: None)  # no device.json
     shipped_vectors = registry.device_vectors
     monkeypatch.setattr(registry, "device_vectors",
                         lambda spec: {} if spec == "somewhere" else shipped_vectors(spec))
@@ -156,6 +157,7 @@ def test_predict_programs_names_a_model_of_another_device_too(sample_programs, m
 
     _, records, programs = sample_programs
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
+    monkeypatch.setattr(registry, "fitted_device", lambda spec: None)  # no device.json
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cdmpp.predict_programs(programs[:1], model="default")  # for this machine: noted

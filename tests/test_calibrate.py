@@ -291,8 +291,8 @@ def test_without_a_model_it_starts_from_the_one_predict_uses_on_this_device(
 
     asked = []
 
-    def for_device(device_id):  # stands in for the shipped model of this CPU
-        asked.append(device_id)
+    def for_device(device):  # stands in for the shipped model of this CPU
+        asked.append(device)
         return str(base_model)
 
     monkeypatch.setattr(registry, "for_device", for_device)
@@ -300,4 +300,4 @@ def test_without_a_model_it_starts_from_the_one_predict_uses_on_this_device(
                              rescale=True)
     info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None,
                      progress=False)
-    assert asked == [local_device().device_id] and info["base_model"] == str(base_model)
+    assert asked == [local_device()] and info["base_model"] == str(base_model)

@@ -168,3 +168,31 @@ def test_device_vector_length_and_measured_entries(dev1):
     assert v[-2] == v[-1] == 0.0  # not measured
     v = device_vector(dataclasses.replace(dev1, peak_gflops=128.0, memory_gbps=0.5))
     assert v[-2] == 7.0 and v[-1] == 0.0  # log2(max(x, 1))
+
+
+def _changed(device: Device, **fields) -> Device:
+    """`device` with some fields changed and its id recomputed, as another machine writes it."""
+    d = {**device.to_json(), **fields}
+    d["device_id"] = device_id(d)
+    return Device.from_json(d)
+
+
+def test_same_processor_ignores_hidden_flags_and_memory_only():
+    from pathlib import Path
+
+    from cdmpp.device import same_processor
+
+    path = Path(__file__).parent / "fixtures" / "device_epyc_2c.json"
+    zen4 = Device.from_json(json.loads(path.read_text()), source=str(path))
+    # another VM of it: a hypervisor hides AVX-512 BF16, and it has 1 GiB more RAM
+    other_vm = _changed(zen4, isa_features=[f for f in zen4.isa_features if f != "avx512_bf16"],
+                        memory_bytes=zen4.memory_bytes + 2**30)
+    assert "avx512_bf16" in zen4.isa_features
+    assert other_vm.device_id != zen4.device_id and same_processor(zen4, other_vm)
+    # what changes the code or the speed is another processor
+    assert not same_processor(zen4, _changed(zen4, threads=1))
+    assert not same_processor(zen4, _changed(zen4, l3_bytes=zen4.l3_bytes * 2))
+    assert not same_processor(zen4, _changed(zen4, target={**zen4.target, "mcpu": "znver3"}))
+    # without an mcpu the target names no microarchitecture: the same CPU name is not enough
+    generic = {k: v for k, v in zen4.target.items() if k != "mcpu"}
+    assert not same_processor(_changed(zen4, target=generic), _changed(zen4, target=generic))

@@ -40,7 +40,7 @@ def load_model(model=None, *, for_device: str | None = None):
     if model is None or for_device == "local":
         from cdmpp.device import local_device
 
-        here = local_device().device_id
+        here = local_device()
         model = shipped_for(here) if model is None else model
     return load_estimator(model, for_device=resolve_for_device(for_device, model,
                                                                lambda: here))
@@ -113,7 +113,7 @@ def predict_programs(programs, *, model=None, target=None, default=False, for_de
         if target is None and for_device is None:  # for this machine: say if another's
             _note_other_device(model, device)
         target = device.target if target is None else target
-        model = shipped_for(device.device_id) if model is None else model
+        model = shipped_for(device) if model is None else model
     estimator = load_model(model, for_device=for_device)
     seconds = predict_kernels(estimator, kernels, target)
     return np.array([seconds[k.name] for k in kernels], dtype=np.float64)
@@ -122,11 +122,10 @@ def predict_programs(programs, *, model=None, target=None, default=False, for_de
 def _note_other_device(model, device, stacklevel: int = 3) -> None:
     """Warn when `model` (a shipped name or a directory) was fitted for another device than
     `device`: its latencies are that device's. A loaded estimator carries no device to check."""
-    from cdmpp.device import short_name
     from cdmpp.model.registry import device_mismatch
 
     if isinstance(model, (str, os.PathLike)):
-        note = device_mismatch(model, device.device_id, short_name(device))
+        note = device_mismatch(model, device)
         if note:
             warnings.warn(note, stacklevel=stacklevel)
 
@@ -203,9 +202,9 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     device = local_device(threads=threads)
     spec = model
     if spec is None:
-        spec = shipped_for(device.device_id)
+        spec = shipped_for(device)
     if for_device == "local":  # this machine, at the threads asked
-        for_device = resolve_for_device("local", spec, lambda: device.device_id, threads)
+        for_device = resolve_for_device("local", spec, lambda: device, threads)
     estimator = load_model(spec, for_device=for_device)
     if for_device is None:
         _note_other_device(spec, device, stacklevel=3)

@@ -231,7 +231,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     check_output_dir(config.out)  # else found only when saving, after all the measuring
     here = local_device(config.threads, config.mcpu)
     if config.model is None:
-        config = replace(config, model=for_device(here.device_id))
+        config = replace(config, model=for_device(here))
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
     members = cdmpp_members(base, config.model)
@@ -294,7 +294,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_,
                 "rescale_neighbors": config.neighbors} if config.rescale else {}),
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
-    save_estimator(model, config.out, trained_on=info)
+    save_estimator(model, config.out, trained_on=info, device=device)
     log(f"saved {config.out}: {'rescaled' if config.rescale else 'fine-tuned'} on "
         f"{info['records']} programs ({len(measured)} tasks "
         f"chosen now, {len(earlier)} more measured by earlier runs in {config.data_dir}, "

@@ -110,6 +110,19 @@ def device_id(fields: collections.abc.Mapping) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def same_processor(a: Device, b: Device) -> bool:
+    """True when `a` and `b` differ at most in CPU flags and memory size: same CPU name,
+    caches, threads and TVM target, which must name the microarchitecture (`mcpu`; the CPU
+    name of a VM may not: "Intel(R) Xeon(R) Processor" on two Intel generations here), so TVM
+    generates the same code for both. A hypervisor may hide a few flags on one VM of a
+    processor (seen: two Emerald Rapids VMs, one without avx512_bf16, avx512_fp16 and
+    avx_vnni), which gives it another `device_id`."""
+    keep = [f for f in _IDENTITY if f not in ("isa_features", "memory_bytes", "target")]
+    target = lambda d: {k: d.target.get(k) for k in ("kind", "mcpu", "num-cores")}  # noqa: E731
+    return (all(getattr(a, f) == getattr(b, f) for f in keep)
+            and target(a) == target(b) and a.target.get("mcpu") is not None)
+
+
 def _cpuinfo() -> dict[str, str]:
     """First processor block of /proc/cpuinfo (all cores are alike on the machines we target)."""
     info: dict[str, str] = {}

@@ -81,16 +81,31 @@ def test_env_json_is_the_device_json_of_this_machine(capsys):
     assert device["device_id"] == local_device().device_id and device["threads"] >= 1
 
 
+def _with(device, **fields):
+    """`device` as another machine writes it: some fields changed, its id recomputed."""
+    from cdmpp.device import Device, device_id
+
+    d = {**device.to_json(), **fields}
+    d["device_id"] = device_id(d)
+    return Device.from_json(d)
+
+
 def test_env_says_whether_the_shipped_model_is_for_this_device():
     from cdmpp.cli.env_cmd import shipped_model_line
-    from cdmpp.model.registry import fitted_device_id
+    from cdmpp.model.registry import fitted_device, fitted_device_id
 
     for name in ("default", "zen5", "emeraldrapids", "zen3"):
-        line = shipped_model_line(fitted_device_id(name))
+        line = shipped_model_line(fitted_device(name))
         assert line.startswith(f"model      {name}:") and line.endswith("fitted for this device")
-    other = shipped_model_line("0123456789abcdef")
+    intel = fitted_device("emeraldrapids")
+    unknown = _with(intel, target={**intel.target, "mcpu": "rocketlake"})
+    other = shipped_model_line(unknown)
     assert other.startswith("model      default,") and "cdmpp calibrate" in other
     assert fitted_device_id("default") in other
+    # another VM of the Intel processor, a flag hidden: its model, said so
+    flags = [f for f in intel.isa_features if f != "avx512_fp16"]
+    same = shipped_model_line(_with(intel, isa_features=flags))
+    assert same.startswith("model      emeraldrapids,") and "same processor" in same
 
 
 def test_env_names_the_models_of_other_devices_that_know_this_one():

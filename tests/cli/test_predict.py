@@ -208,7 +208,7 @@ def test_without_model_the_databases_device_chooses_it(fixture_dbs, monkeypatch)
     one = local_device(threads=1)
     for db in fixture_dbs:
         save_device(db, one)
-    assert model_for(database_devices(dbs)) == "zen5" and asked == [one.device_id]
+    assert model_for(database_devices(dbs)) == "zen5" and asked == [one]
     save_device(fixture_dbs[0], local_device(threads=2))  # two devices: no single choice
     assert model_for(database_devices(dbs)) == "default" and len(asked) == 1
 

@@ -142,3 +142,66 @@ def test_the_device_id_a_for_device_value_names():
     fixture = Path(__file__).parents[1] / "fixtures" / "device_epyc_2c.json"
     device = Device.from_json(json.loads(fixture.read_text()))
     assert registry.for_device_id(device) == "beb308d09a4ac277"
+
+
+def _other_vm(device, hidden=("avx512_bf16", "avx512_fp16", "avx_vnni")):
+    """`device` as another VM of its processor shows it: a few CPU flags hidden, a new id."""
+    from cdmpp.device import Device, device_id
+
+    d = device.to_json()
+    d["isa_features"] = [f for f in d["isa_features"] if f not in hidden]
+    d["device_id"] = device_id(d)
+    return Device.from_json(d)
+
+
+def test_another_vm_of_a_shipped_models_processor_gets_that_model():
+    from cdmpp.device import Device, device_id
+
+    intel = registry.fitted_device("emeraldrapids")
+    assert intel.device_id == registry.fitted_device_id("emeraldrapids")
+    other = _other_vm(intel)  # seen here: an Emerald Rapids VM without those three flags
+    assert other.device_id != intel.device_id
+    assert registry.for_device(other) == "emeraldrapids"
+    assert registry.for_device(other.device_id) == "default"  # an id alone says nothing more
+    note = registry.device_mismatch("emeraldrapids", other)
+    assert "same processor" in note and other.device_id in note
+    assert "avx512_bf16, avx512_fp16, avx_vnni hidden here" in note
+    # another Intel generation under the same CPU name (caches, mcpu) gets the default model,
+    # and the note says to calibrate
+    d = {**other.to_json(), "l3_bytes": 24 * 2**20, "target": {**other.target, "mcpu": "rocketlake"}}
+    d["device_id"] = device_id(d)
+    rocketlake = Device.from_json(d)
+    assert rocketlake.cpu_model == intel.cpu_model
+    assert registry.for_device(rocketlake) == "default"
+    assert "cdmpp calibrate" in registry.device_mismatch("emeraldrapids", rocketlake)
+
+
+def test_save_estimator_keeps_the_device_it_was_fitted_for(xgb_model, tmp_path):
+    from cdmpp.device import local_device
+
+    model, _ = xgb_model
+    here = local_device()
+    saved = save_estimator(model, tmp_path / "m", trained_on={"device_id": here.device_id},
+                           device=here)
+    assert registry.fitted_device(saved) == here
+    assert registry.fitted_device(save_estimator(model, tmp_path / "n")) is None
+
+
+def test_for_device_local_on_another_vm_of_a_known_processor_is_that_device():
+    intel = registry.fitted_device("emeraldrapids")
+    other = _other_vm(intel)
+    # zen3 was trained on the Intel VM's records: "local" here is that device, not zero-shot
+    assert registry.same_processor_known("zen3", other) == intel.device_id
+    assert registry.resolve_for_device("local", "zen3", lambda: other) == intel.device_id
+    assert registry.also_knowing(other) == ["zen3"]  # emeraldrapids is the one chosen here
+    assert registry.same_processor_known("default", other) is None  # Zen 4 only
+
+
+def test_for_device_note_names_another_vm_of_the_processor():
+    from cdmpp.cli import for_device_note
+
+    intel = registry.fitted_device("emeraldrapids")
+    other = _other_vm(intel)
+    note = for_device_note("zen3", intel.device_id, other)
+    assert "another VM of this machine's processor" in note and other.device_id in note
+    assert "--for-device" in for_device_note("zen3", registry.fitted_device_id("zen5"), other)

@@ -68,13 +68,16 @@ def for_device_note(spec, target, device) -> str | None:
     `device`: fitted elsewhere (no --for-device), or asked about another device; and when it
     predicts for this machine zero-shot."""
     from cdmpp.device import short_name
-    from cdmpp.model.registry import device_mismatch, for_device_id
+    from cdmpp.model.registry import device_mismatch, for_device_id, same_processor_known
 
     here = f"{device.device_id} ({short_name(device)})"
     if target is None:
-        return device_mismatch(spec, device.device_id, short_name(device))
+        return device_mismatch(spec, device)
     target_id = for_device_id(target)
     if target_id != device.device_id:
+        if target_id == same_processor_known(spec, device):
+            return (f"note: predicting for device {target_id}, another VM of this machine's "
+                    f"processor, {here}: the same CPU and TVM target, other CPU flags")
         return f"note: predicting for device {target_id} (--for-device), not this machine's {here}"
     if not isinstance(target, str):
         return (f"note: {spec} was not trained on this device's records: predicting for {here} "

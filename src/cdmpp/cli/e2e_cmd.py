@@ -58,9 +58,9 @@ def run(args) -> int:
 
     device = local_device(threads=args.threads)
     if spec is None:
-        spec = for_device(device.device_id)
+        spec = for_device(device)
         _log(f"model: {spec} (shipped)")
-    target = resolve_for_device(args.for_device, spec, lambda: device.device_id, args.threads)
+    target = resolve_for_device(args.for_device, spec, lambda: device, args.threads)
     model = load_estimator(spec, for_device=target)
     note = for_device_note(spec, target, device)
     if note:

@@ -45,8 +45,8 @@ def run(args) -> int:
         print(f"{name:>14}: {version}")
     print()
     print(describe(device))
-    print(shipped_model_line(device.device_id))
-    also = also_knowing_line(device.device_id)
+    print(shipped_model_line(device))
+    also = also_knowing_line(device)
     if also:
         print(also)
     from cdmpp.measure.placement import describe_placements
@@ -55,27 +55,34 @@ def run(args) -> int:
     return 0
 
 
-def shipped_model_line(device_id: str) -> str:
-    """Which shipped model `predict` and `e2e` use here, and whether it was fitted here."""
-    from cdmpp.model.registry import fitted_device_id, for_device
+def shipped_model_line(device) -> str:
+    """Which shipped model `predict` and `e2e` use on `device` (a `Device`), and whether it
+    was fitted for it, or for another VM of the same processor."""
+    from cdmpp.device import same_processor
+    from cdmpp.model.registry import fitted_device, fitted_device_id, for_device
 
     try:
-        name = for_device(device_id)
+        name = for_device(device)
         fitted = fitted_device_id(name)
+        theirs = fitted_device(name)
     except (FileNotFoundError, ValueError) as e:
         return f"model      no shipped model ({e})"
-    if fitted == device_id:
+    if fitted == device.device_id:
         return f"model      {name}: the shipped model fitted for this device"
+    if theirs is not None and same_processor(theirs, device):
+        return (f"model      {name}, fitted for device {fitted}: the same processor and TVM "
+                "target as this one, other CPU flags")
     return (f"model      {name}, fitted for device {fitted}, not this one: its predictions are "
             "that device's latencies (`cdmpp calibrate` fits it here)")
 
 
-def also_knowing_line(device_id: str) -> str | None:
-    """The shipped models of other devices that know this one too (`--for-device local`)."""
+def also_knowing_line(device) -> str | None:
+    """The shipped models of other devices that know this one (a `Device` or its id), or
+    another VM of its processor, too (`--for-device local`)."""
     from cdmpp.model.registry import also_knowing
 
-    names = also_knowing(device_id)
+    names = also_knowing(device)
     if not names:
         return None
-    return (f"           also trained on this device's records: {', '.join(names)} "
-            "(with --for-device local they predict for it)")
+    return (f"           also trained on this device's (or its processor's) records: "
+            f"{', '.join(names)} (with --for-device local they predict for it)")

@@ -44,7 +44,7 @@ def run(args) -> int:
     if spec is None:
         spec = model_for(devices)
         print(f"model: {spec} (shipped)", file=sys.stderr)
-    target = resolve_for_device(args.for_device, spec, _local_device_id)
+    target = resolve_for_device(args.for_device, spec, _local_device)
     # before any extraction: a bad --model or --for-device fails fast
     model = load_estimator(spec, for_device=target)
     target_id = for_device_id(target)
@@ -65,10 +65,10 @@ def run(args) -> int:
     return 0
 
 
-def _local_device_id() -> str:
+def _local_device():
     from cdmpp.device import local_device
 
-    return local_device().device_id
+    return local_device()
 
 
 def database_devices(dbs) -> dict:
@@ -89,14 +89,13 @@ def model_for(devices: dict) -> str:
     else "default"."""
     from cdmpp.model.registry import for_device
 
-    return for_device(next(iter(devices))) if len(devices) == 1 else "default"
+    return for_device(next(iter(devices.values()))) if len(devices) == 1 else "default"
 
 
 def device_notes(model, devices: dict) -> list[str]:
     """A warning per device of the databases (`database_devices`) that `model` was not
     fitted for."""
-    from cdmpp.device import short_name
     from cdmpp.model.registry import device_mismatch
 
-    notes = (device_mismatch(model, d.device_id, short_name(d)) for d in devices.values())
+    notes = (device_mismatch(model, d) for d in devices.values())
     return [n for n in notes if n]

@@ -96,8 +96,9 @@ def check_output_dir(directory) -> None:
 
 
 def save_estimator(estimator, directory, *, trained_on: dict | None = None,
-                   kind: str | None = None) -> Path:
+                   kind: str | None = None, device=None) -> Path:
     """Write `estimator` to `directory` (estimator.json + model); returns the directory.
+    `device`: the `Device` it was fitted for, kept as its device.json (`fitted_device`).
 
     Atomic: everything is written to a temporary directory beside it, then renamed into place,
     so a crash leaves either the old directory or the new one. An existing directory is
@@ -119,6 +120,10 @@ def save_estimator(estimator, directory, *, trained_on: dict | None = None,
                 "created": now_iso(),
                 "trained_on": dict(trained_on or {})}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        if device is not None:
+            from cdmpp.device import save_device
+
+            save_device(tmp, device)
         _fsync_tree(tmp)
         if directory.exists():
             old = directory.with_name(f".{directory.name}.old{os.getpid()}")
@@ -284,18 +289,38 @@ def knows_device(spec: str | Path, device_id: str) -> bool:
     return device_id == fitted_device_id(spec) or device_id in device_vectors(spec)
 
 
-def resolve_for_device(value: str | None, spec, local_device_id, threads=None):
+def same_processor_known(spec: str | Path, device) -> str | None:
+    """The id of a device `spec` knows (`knows_device`) that is the same processor as
+    `device` (`device.same_processor`: another VM of it, other CPU flags), among the devices
+    whose device.json is at hand (the shipped models' and `spec`'s own); else None."""
+    from cdmpp.device import same_processor
+
+    known = [fitted_device(name) for name in _shipped_device_models()] + [fitted_device(spec)]
+    for other in known:
+        if (other is not None and other.device_id != device.device_id
+                and knows_device(spec, other.device_id) and same_processor(other, device)):
+            return other.device_id
+    return None
+
+
+def resolve_for_device(value: str | None, spec, local, threads=None):
     """What `load_estimator(for_device=...)` takes for a --for-device `value` (None, "local", a
     device id, a device.json or its directory) and model `spec`: None; a device id; or a
-    `Device`: the device.json's, or for "local" when `spec` does not know this machine
-    (`local_device_id()`), this machine measured once (`measured_local_device`)."""
+    `Device`: the device.json's, or for "local" (`local()`: this machine's `Device`, or its
+    id) the id of this machine, or of another VM of its processor, when `spec` knows it
+    (`same_processor_known`), else this machine measured once (`measured_local_device`)."""
     if value is None or not isinstance(value, (str, os.PathLike)):  # None, or a Device
         return value
     value = str(value)
     if value == "local":
-        here = local_device_id()
-        if knows_device(spec, here):
-            return here
+        from cdmpp.device import Device
+
+        here = local()
+        if knows_device(spec, for_device_id(here)):
+            return for_device_id(here)
+        alias = same_processor_known(spec, here) if isinstance(here, Device) else None
+        if alias is not None:
+            return alias
         from cdmpp.measure.microbench import measured_local_device
 
         return measured_local_device(threads)
@@ -366,14 +391,39 @@ def fitted_device_id(spec: str | Path) -> str | None:
     return str(device_id) if device_id else None
 
 
-def device_mismatch(spec: str | Path, device_id: str, device_name: str = "") -> str | None:
-    """A one-line warning when `spec` was fitted for another device than `device_id`, else
-    None. Such a model predicts for the device it knows, not this one: ResNet-18 untuned,
-    predicted 1,805 ms for the Zen 4 VM it was trained on, ran in 1,574 ms on a Zen 5 VM."""
+def fitted_device(spec: str | Path):
+    """The `Device` a model was fitted for, from its device.json (the shipped models carry
+    theirs, `cdmpp calibrate` writes it); None when the directory has none."""
+    from cdmpp.device import load_device
+
+    return load_device(resolve(spec))
+
+
+def device_mismatch(spec: str | Path, device, device_name: str = "") -> str | None:
+    """A one-line warning when `spec` was fitted for another device than `device` (a
+    `Device`, or a device id), else None. Such a model predicts for the device it knows, not
+    this one: ResNet-18 untuned, predicted 1,805 ms for the Zen 4 VM it was trained on, ran in
+    1,574 ms on a Zen 5 VM. Another VM of the same processor (`device.same_processor`) is
+    named as such: its latencies are the model's own device's."""
+    from cdmpp.device import Device, same_processor, short_name
+
+    device_id = device.device_id if isinstance(device, Device) else device
+    if isinstance(device, Device) and not device_name:
+        device_name = short_name(device)
     fitted = fitted_device_id(spec)
     if fitted is None or fitted == device_id:
         return None
     about = f" ({device_name})" if device_name else ""
+    theirs = fitted_device(spec) if isinstance(device, Device) else None
+    if theirs is not None and same_processor(theirs, device):
+        hidden = sorted(set(theirs.isa_features) - set(device.isa_features))
+        extra = sorted(set(device.isa_features) - set(theirs.isa_features))
+        flags = "; ".join(part for part in (
+            f"flags {', '.join(hidden)} hidden here" if hidden else "",
+            f"flags {', '.join(extra)} only here" if extra else "") if part)
+        return (f"note: model {spec} was fitted for device {fitted}, the same processor as "
+                f"this one, {device_id}{about}, with the same TVM target"
+                + (f" ({flags})" if flags else "") + ": it predicts as for its own device")
     head = (f"note: model {spec} was fitted for device {fitted}, not {device_id}{about}: "
             "its latencies are those of its own device. ")
     if device_id in device_vectors(spec):
@@ -398,11 +448,21 @@ def _widest_shipped() -> str | None:
     return best
 
 
-def also_knowing(device_id: str) -> list[str]:
-    """The shipped multi-device models fitted for another device that were trained on
-    `device_id`'s records too: `--for-device` makes them predict for it."""
+def also_knowing(device) -> list[str]:
+    """The shipped multi-device models fitted for another device that were trained on the
+    records of `device` (a device id, or a `Device`: also those of another VM of its
+    processor, `same_processor_known`), but not the one `for_device` picks for it:
+    `--for-device local` makes them predict for it."""
+    from cdmpp.device import Device
+
+    if not isinstance(device, Device):
+        return [name for name in _shipped_device_models()
+                if fitted_device_id(name) != device and device in device_vectors(name)]
+    chosen = for_device(device)
     return [name for name in _shipped_device_models()
-            if fitted_device_id(name) != device_id and device_id in device_vectors(name)]
+            if name != chosen and fitted_device_id(name) != device.device_id
+            and (device.device_id in device_vectors(name)
+                 or same_processor_known(name, device) is not None)]
 
 
 def _shipped_device_models() -> list[str]:
@@ -410,11 +470,22 @@ def _shipped_device_models() -> list[str]:
     return [name for name in DEVICE_MODELS if (SHIPPED_DIR / SHIPPED[name] / META_FILE).is_file()]
 
 
-def for_device(device_id: str) -> str:
-    """The name of the shipped cdmpp model fitted for `device_id` ("zen5" on the Zen 5 VM,
-    "emeraldrapids" on the Intel one, "zen3" on the Zen 3 one), else "default": what
-    `predict` and `e2e` use when no --model is given."""
-    for name in _shipped_device_models():
+def for_device(device) -> str:
+    """The name of the shipped cdmpp model fitted for `device` (a `Device` or a device id:
+    "zen5" on the Zen 5 VM, "emeraldrapids" on the Intel one, "zen3" on the Zen 3 one), else,
+    for a `Device`, the one fitted for the same processor (`device.same_processor`: another VM
+    of it, whose hypervisor shows other CPU flags), else "default": what `predict` and `e2e`
+    use when no --model is given."""
+    from cdmpp.device import Device, same_processor
+
+    device_id = device.device_id if isinstance(device, Device) else device
+    names = _shipped_device_models()
+    for name in names:
         if fitted_device_id(name) == device_id:
             return name
+    if isinstance(device, Device):
+        for name in names:
+            theirs = fitted_device(name)
+            if theirs is not None and same_processor(theirs, device):
+                return name
     return "default"

@@ -109,7 +109,7 @@ def tune_network(mod, device, out, *, trials: int, cost_model: str = "cdmpp", mo
         if model is None:
             from cdmpp.model.registry import for_device
 
-            model = for_device(device.device_id)
+            model = for_device(device)
         # a bad model fails here, before anything is written
         search_model = cdmpp_cost_model(model, online=online, seed=seed)
     else:
