@@ -222,6 +222,7 @@ def cli_env(monkeypatch, tmp_path, stored_overhead, model_loads):
         (spec, for_device)) or StubEstimator())
     monkeypatch.setattr(registry, "read_meta", lambda spec: {"path": str(spec)})
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
+    monkeypatch.setattr(registry, "fitted_device", lambda spec: None)  # no device.json
     return tmp_path
 
 
