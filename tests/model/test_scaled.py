@@ -95,6 +95,34 @@ def _tiny_cdmpp(programs, y):
                           TrainConfig(epochs=2, batch_size=8, threads=1, seed=0)).fit(programs, y)
 
 
+def test_one_pass_gives_the_prediction_and_the_embedding_of_two(monkeypatch):
+    """A per-program factor reads the embedding from the prediction's own pass through the
+    network: the same numbers as predicting, then embedding, for every model kind it scales."""
+    from dataclasses import replace
+
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.members import embedder, predict_and_embed
+
+    programs, y = random_programs(30)
+    programs = replace(programs, default=np.arange(30) < 8)
+    first, second = _tiny_cdmpp(programs, y), _tiny_cdmpp(programs, y * 1.3)
+    ensemble = EnsembleRegressor.from_fitted([first, second])
+    for model in (first, ensemble, DefaultExpertRegressor.from_fitted(ensemble, Constant(1e-3))):
+        predicted, embeddings = predict_and_embed(model, programs)
+        np.testing.assert_allclose(predicted, model.predict(programs), rtol=1e-6)
+        np.testing.assert_allclose(embeddings, embedder(model).embed(programs), rtol=1e-5,
+                                   atol=1e-6)
+    assert predict_and_embed(ensemble, programs.subset(np.arange(0)))[0].shape == (0,)
+    # a rescaled model runs the network once per batch: no separate embedding pass
+    measured = y * np.where(np.arange(30) % 2, 1.5, 0.8)
+    scaled = ScaledRegressor(ensemble, neighbors=5).fit(programs, measured)
+    expected = ensemble.predict(programs) * scaled.factors(programs)
+    monkeypatch.setattr(CDMPPRegressor, "embed", lambda *a: pytest.fail("a second pass"))
+    np.testing.assert_allclose(scaled.predict(programs), expected, rtol=1e-6)
+
+
 def test_per_program_factors_survive_save_and_load(tmp_path):
     programs, y = random_programs(30)
     base = _tiny_cdmpp(programs, y)

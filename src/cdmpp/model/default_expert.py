@@ -95,7 +95,11 @@ class DefaultExpertRegressor(BaselineMixin):  # the mixin's get_params, _check_f
     def predict(self, programs) -> np.ndarray:
         """Latency in seconds: the model's, blended with the expert's on default programs."""
         self._check_fitted()
-        out = np.asarray(self.model_.predict(programs), dtype=np.float64).copy()
+        return self.blend(programs, self.model_.predict(programs))
+
+    def blend(self, programs, predicted) -> np.ndarray:
+        """`predicted` (the model's latencies) blended with the expert's on default programs."""
+        out = np.asarray(predicted, dtype=np.float64).copy()
         rows = default_rows(programs)
         if len(rows) and self.expert_weight_ > 0:
             expert = np.asarray(self.expert_.predict(programs.subset(rows)), dtype=np.float64)

@@ -63,8 +63,12 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
         self._check_fitted()
         if not len(programs):
             return np.zeros(0)
-        log_sum = np.zeros(len(programs))
-        for w, member, p in zip(self.weights_, self.members_, self._member_predictions(programs)):
+        return self.combine(self._member_predictions(programs))
+
+    def combine(self, predictions) -> np.ndarray:
+        """The weighted geometric mean of the members' predictions (one array per member)."""
+        log_sum = np.zeros(len(predictions[0]))
+        for w, member, p in zip(self.weights_, self.members_, predictions):
             p = np.asarray(p, dtype=np.float64)
             if np.any(~np.isfinite(p)) or np.any(p <= 0):
                 raise ValueError(f"ensemble member {type(member).__name__} predicted a "

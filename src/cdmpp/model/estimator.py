@@ -388,15 +388,18 @@ class CDMPPRegressor(ParamsMixin):
         return model
 
 
-def predict_together(models, programs: ProgramSet) -> list[np.ndarray]:
+def predict_together(models, programs: ProgramSet, embed: int | None = None):
     """Each fitted CDMPPRegressor's latencies (seconds) for `programs`. Models with the same
     `input_key` share one preparation of the raw inputs and one padding of each batch, which
     each normalizes its own way: three seeds predict in well under three times one model's
-    time, and each exactly as it would alone."""
+    time, and each exactly as it would alone. `embed`: the index of a model whose embeddings
+    (`CDMPPRegressor.embed`) are wanted too, from the same pass through its network; then
+    returns (latencies, embeddings)."""
     from cdmpp.train.loop import predict_networks
 
     check_programs(programs)
     out: list = [None] * len(models)
+    embeddings = None
     groups: dict = {}
     for i, model in enumerate(models):
         groups.setdefault(model.input_key(), []).append(i)
@@ -408,12 +411,19 @@ def predict_together(models, programs: ProgramSet) -> list[np.ndarray]:
             continue
         inputs = [(*models[i].normalizer_.feature_affine(), models[i]._device_matrix(programs))
                   for i in members]
-        z = predict_networks([models[i].net_ for i in members],
-                             first._data(programs, normalize=False), inputs=inputs)
+        nets = [models[i].net_ for i in members]
+        data = first._data(programs, normalize=False)
+        if embed in members:
+            z, embeddings = predict_networks(nets, data, inputs=inputs,
+                                             embed_net=members.index(embed))
+        else:
+            z = predict_networks(nets, data, inputs=inputs)
         scales: dict = {}  # programs.work() of per-work models, once
         for row, i in enumerate(members):
             target = models[i].model_config_.target
             if target not in scales:
                 scales[target] = models[i]._scale(programs)
             out[i] = models[i].normalizer_.inverse_target(z[row]) * scales[target]
-    return out
+    if embed is None:
+        return out
+    return out, np.zeros((0, 0)) if embeddings is None else embeddings  # None: no programs

@@ -3,6 +3,8 @@ choose tasks and place programs)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models") -> list:
     """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
@@ -20,3 +22,33 @@ def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models
     if bad:
         raise ValueError(f"{purpose}; {str(name)!r} is or holds another kind: {', '.join(bad)}")
     return list(members)
+
+
+def _placing(model) -> list:
+    """`cdmpp_members` of a model whose embeddings place programs."""
+    return cdmpp_members(model, type(model).__name__, "per-program factors need the "
+                         "embeddings of CDMPP models (use neighbors=0)")
+
+
+def embedder(model):
+    """The CDMPP model whose embedding places programs for per-program factors: the first of
+    those `model` is made of, the one `cdmpp calibrate` chooses tasks with."""
+    return _placing(model)[0]
+
+
+def predict_and_embed(model, programs) -> tuple:
+    """`model.predict(programs)` and the embeddings of the first CDMPP model it is made of
+    (`cdmpp_members`; what `ScaledRegressor` places programs with), from the one pass through
+    that model's network the prediction makes anyway, not a second one."""
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import predict_together
+
+    members = _placing(model)
+    predictions, embeddings = predict_together(members, programs, embed=0)
+    inner = model.model_ if isinstance(model, DefaultExpertRegressor) else model
+    predicted = (inner.combine(predictions) if isinstance(inner, EnsembleRegressor)
+                 else predictions[0])
+    if isinstance(model, DefaultExpertRegressor):
+        predicted = model.blend(programs, predicted)
+    return np.asarray(predicted, dtype=np.float64), embeddings

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.baselines import BaselineMixin
+from cdmpp.model.members import embedder, predict_and_embed
 
 _FORMAT = 2  # 2: anchors for per-program factors (format 1, one factor, still loads)
 _META = "scaled.json"
@@ -64,15 +65,6 @@ def median_ratio_interval(measured_s, predicted_s, level: float = 0.9, draws: in
     medians = np.median(logs[picks], axis=1)
     low, high = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
     return float(np.exp(low)), float(np.exp(high))
-
-
-def embedder(model):
-    """The CDMPP model whose embedding places programs for `neighbors`: the first of those
-    `model` is made of, the one `cdmpp calibrate` chooses tasks with."""
-    from cdmpp.model.members import cdmpp_members
-
-    return cdmpp_members(model, type(model).__name__, "per-program factors need the "
-                         "embeddings of CDMPP models (use neighbors=0)")[0]
 
 
 @dataclass(frozen=True)
@@ -124,13 +116,14 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
             raise ValueError("a ScaledRegressor scales a fitted model: ScaledRegressor(model)")
         if self.neighbors < 0:
             raise ValueError(f"neighbors must be >= 0, not {self.neighbors}")
-        predicted = self.model.predict(programs)
+        if self.neighbors:
+            predicted, embeddings = predict_and_embed(self.model, programs)
+        else:
+            predicted, embeddings = self.model.predict(programs), None
         self.scale_ = median_ratio(y, predicted)
         self.scale_interval_ = median_ratio_interval(y, predicted)  # 90%, bootstrap
-        self.anchors_ = None
-        if self.neighbors:
-            self.anchors_ = Anchors.of(embedder(self.model).embed(programs),
-                                       np.log(np.asarray(y, dtype=np.float64) / predicted))
+        self.anchors_ = None if embeddings is None else Anchors.of(
+            embeddings, np.log(np.asarray(y, dtype=np.float64) / predicted))
         self.model_, self.n_records_ = self.model, int(len(y))
         return self
 
@@ -156,8 +149,13 @@ class ScaledRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted, 
 
     def predict(self, programs) -> np.ndarray:
         self._check_fitted()
-        return (np.asarray(self.model_.predict(programs), dtype=np.float64)
-                * self.factors(programs))
+        if self.anchors_ is None or not len(programs):
+            return np.asarray(self.model_.predict(programs), dtype=np.float64) * self.scale_
+        # the embeddings from the prediction's own pass (a second pass cost a third of the
+        # throughput: 14,845 programs/s from the store on Zen 3, against 21,318 unscaled;
+        # docs/cross_device.md, "Its cost")
+        predicted, embeddings = predict_and_embed(self.model_, programs)
+        return predicted * self.anchors_.factors(embeddings, self.neighbors)
 
     def save(self, path) -> Path:
         from cdmpp.model.registry import save_composite

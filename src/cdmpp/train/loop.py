@@ -58,16 +58,20 @@ def predict_network(net, data: TrainData, batch_size: int = 1024) -> np.ndarray:
     return predict_networks([net], data, batch_size)[0]
 
 
-def predict_networks(nets, data: TrainData, batch_size: int = 1024, inputs=None) -> np.ndarray:
+def predict_networks(nets, data: TrainData, batch_size: int = 1024, inputs=None,
+                     embed_net: int | None = None):
     """(len(nets), n) outputs of several networks on the same programs; each batch is padded
     once for all of them. `inputs`: None when `data` holds normalized features and device
     vectors; else, per network, (offset, scale, device matrix or None): `data` holds the raw
-    leaf rows, normalized in each batch as `Normalizer.transform_features` would."""
+    leaf rows, normalized in each batch as `Normalizer.transform_features` would.
+    `embed_net`: the index of a network whose embeddings (what its head reads) are wanted
+    too, from the same pass; then returns (outputs, (n, d) embeddings)."""
     for net in nets:
         net.eval()
     affine = None if inputs is None else [(torch.from_numpy(lo), torch.from_numpy(scale))
                                           for lo, scale, _ in inputs]
     out = np.empty((len(nets), len(data.features)), dtype=np.float64)
+    embeddings = None
     with torch.inference_mode():
         for rows in in_order(data.n_leaves, batch_size):
             x, p, m, d = collate(data.features, data.positions, rows, data.device)
@@ -79,8 +83,15 @@ def predict_networks(nets, data: TrainData, batch_size: int = 1024, inputs=None)
                     di = None if device is None else torch.from_numpy(device[rows])
                 else:
                     xi, di = x, d
-                out[i, rows] = net(xi, p, m, di)[0].numpy()
-    return out
+                if i != embed_net:
+                    out[i, rows] = net(xi, p, m, di)[0].numpy()
+                    continue
+                z = net.embed_programs(xi, p, m, di)  # forward's own steps, z kept
+                out[i, rows] = net.head(z).squeeze(-1).numpy()
+                if embeddings is None:
+                    embeddings = np.zeros((len(data.features), z.shape[1]))
+                embeddings[rows] = z.numpy()
+    return out if embed_net is None else (out, embeddings)
 
 
 def _lr_factor(epoch_float: float, config: TrainConfig) -> float:
