@@ -3,8 +3,6 @@ choose tasks and place programs)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models") -> list:
     """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
@@ -40,6 +38,8 @@ def predict_and_embed(model, programs) -> tuple:
     """`model.predict(programs)` and the embeddings of the first CDMPP model it is made of
     (`cdmpp_members`; what `ScaledRegressor` places programs with), from the one pass through
     that model's network the prediction makes anyway, not a second one."""
+    import numpy as np  # here: the CLI imports this module, and starts without numpy
+
     from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import predict_together
