@@ -110,9 +110,13 @@ class CDMPPNet(nn.Module):
         """Program + device embedding (what the head reads)."""
         return self.with_device(self.program_embedding(features, positions, mask), device)
 
+    def readout(self, z: torch.Tensor) -> torch.Tensor:
+        """The prediction (B,) of the transformed target from `embed_programs`' output: a
+        caller that wants both runs the network once."""
+        return self.head(z).squeeze(-1)
+
     def forward(self, features, positions, mask, device=None, targets=None, loss_fn=None):
         """Returns (prediction (B,) of the transformed target, loss or None)."""
-        z = self.program_embedding(features, positions, mask)
-        prediction = self.head(self.with_device(z, device)).squeeze(-1)  # (B,)
+        prediction = self.readout(self.embed_programs(features, positions, mask, device))
         loss = None if targets is None else loss_fn(prediction, targets)
         return prediction, loss

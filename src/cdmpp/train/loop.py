@@ -87,7 +87,7 @@ def predict_networks(nets, data: TrainData, batch_size: int = 1024, inputs=None,
                     out[i, rows] = net(xi, p, m, di)[0].numpy()
                     continue
                 z = net.embed_programs(xi, p, m, di)  # forward's own steps, z kept
-                out[i, rows] = net.head(z).squeeze(-1).numpy()
+                out[i, rows] = net.readout(z).numpy()
                 if embeddings is None:
                     embeddings = np.zeros((len(data.features), z.shape[1]))
                 embeddings[rows] = z.numpy()
