@@ -163,3 +163,26 @@ def test_eval_counts_the_disturbed_test_labels(fixture_dbs, tmp_path, monkeypatc
     # none disturbed: a count of 0
     clean = replace(result, clean_passes=np.array([1.0, 2.0, np.nan, np.nan]))
     assert clean.noise_floor()["disturbed"] == 0
+
+
+def test_seeds_ensemble_with_xgb_work_reuses_both(fixture_dbs, tmp_path):
+    from cdmpp.evaluate.run import SEEDS
+
+    store = open_store(fixture_dbs, tmp_path / "store", workers=1)
+    split = make_split(store.samples(), "random", seed=0)
+    logged = []
+    result = compare(store, split, models=("cdmpp-seeds", "xgb-work", "ensemble-seeds"),
+                     train_config=replace(TrainConfig(), epochs=2), log=logged.append)
+    # every member is trained once, for the first model that needs it
+    assert [m.split()[1] for m in logged] == (["cdmpp"] + [f"cdmpp@seed+{i}"
+                                                           for i in range(1, SEEDS)]
+                                              + ["xgb-work"])
+    seeds, xgb_work = result.estimators["ensemble-seeds"].members_
+    assert seeds is result.estimators["cdmpp-seeds"]
+    assert xgb_work is result.estimators["xgb-work"]
+    # half the three seeds' geometric mean, half XGBoost per work
+    np.testing.assert_allclose(result.predictions["ensemble-seeds"],
+                               np.sqrt(result.predictions["cdmpp-seeds"]
+                                       * result.predictions["xgb-work"]), rtol=1e-6)
+    assert result.train_seconds["ensemble-seeds"] == pytest.approx(
+        result.train_seconds["cdmpp-seeds"] + result.train_seconds["xgb-work"])

@@ -49,7 +49,7 @@ def model_help(default: str) -> str:
             "Zen 4 and Zen 5 VMs' data, fitted for Zen 5), emeraldrapids (cdmpp trained on the "
             "three CPUs' data, fitted for an Intel Xeon VM, with an expert for default "
             "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xgb, "
-            "ensemble (geometric mean of cdmpp and XGBoost), or a model "
+            "ensemble (geometric mean of the default and XGBoost), or a model "
             f"directory written by cdmpp train or cdmpp calibrate (default: {default})")
 
 

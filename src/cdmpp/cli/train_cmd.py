@@ -67,7 +67,8 @@ def add_parser(subparsers) -> None:
     e.add_argument("--models", default="cdmpp,xgb,mlp",
                    help="comma-separated: cdmpp, cdmpp-seeds (geometric mean of cdmpp over "
                         "seeds S..S+2, as `train --seeds 3` saves), xgb, xgb-work (XGBoost on "
-                        "latency per work), mlp, ensemble (geometric mean of cdmpp and xgb-work)")
+                        "latency per work), mlp, ensemble (geometric mean of cdmpp and xgb-work), "
+                        "ensemble-seeds (geometric mean of cdmpp-seeds and xgb-work)")
     e.add_argument("--report-dir", default="cdmpp-eval",
                    help="PNG plots + markdown report here (default: ./cdmpp-eval)")
     e.set_defaults(run=run_eval)

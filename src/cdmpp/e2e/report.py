@@ -57,7 +57,8 @@ def rescale_hint(result) -> list[str]:
     than the one the model's labels were timed on, which `cdmpp calibrate --rescale` measures
     (it fixed the untuned networks of a fresh, 7-19% slower Zen 3 VM: docs/cross_device.md).
     Not for tuned kernels: their error is the model's on searched programs, which a rescale
-    made worse."""
+    made worse. The speed it fits is the hour's: on the Zen 5 VM the networks at batch 1 ran
+    5-30% slow one evening and ResNet-18 moved 5% in eight minutes the next morning."""
     alone = result.measured_kernels_replay_s
     if not alone or any(k.tuned for k in result.kernels):
         return []
@@ -65,9 +66,11 @@ def rescale_hint(result) -> list[str]:
     if abs(ratio - 1) <= RESCALE_HINT_REL:
         return []
     return [f"hint       the prediction is {ratio:.2f}x the replay of the kernels timed alone "
-            "here: this machine likely runs {} than the one the model's labels were timed on; "
-            "`cdmpp calibrate --rescale --out DIR` (about 2 minutes) fits the model's scale "
-            "here, then use `--model DIR`".format("slower" if ratio < 1 else "faster")]
+            "here: this machine likely runs {} now than the one the model's labels were timed "
+            "on; `cdmpp calibrate --rescale --out DIR` (about 2 minutes) fits the model's scale "
+            "to this speed, then use `--model DIR`. On a shared VM the speed moves from hour to "
+            "hour: time a network again later to see whether it holds".format(
+                "slower" if ratio < 1 else "faster")]
 
 
 def _when(measurement) -> str:

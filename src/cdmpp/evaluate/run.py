@@ -12,13 +12,14 @@ from cdmpp.evaluate.metrics import summary
 from cdmpp.model.config import ModelConfig, TrainConfig
 
 MODELS = ("cdmpp", "xgb", "mlp")
-KNOWN_MODELS = ("cdmpp", "cdmpp-seeds", "xgb", "xgb-work", "mlp", "ensemble")
+KNOWN_MODELS = ("cdmpp", "cdmpp-seeds", "xgb", "xgb-work", "mlp", "ensemble", "ensemble-seeds")
 # "ensemble": the geometric mean of these two (cdmpp.model.ensemble), reusing them when the
 # same comparison already fitted them
 ENSEMBLE_MEMBERS = ("cdmpp", "xgb-work")
 # "cdmpp-seeds": the geometric mean of cdmpp trained with seeds S .. S+SEEDS-1 (what `cdmpp train
 # --seeds 3` saves); seed S is the comparison's "cdmpp", reused when it is fitted anyway
 SEEDS = 3
+# "ensemble-seeds": the geometric mean of "cdmpp-seeds" and "xgb-work" (half each), reusing both
 
 
 @dataclass
@@ -95,15 +96,22 @@ def compare(store, split, models=MODELS, model_config=None, train_config=None,
             out.train_seconds[key] = time.perf_counter() - start
         return key
 
-    for name in models:
-        if name in ("ensemble", "cdmpp-seeds"):
-            from cdmpp.model.ensemble import EnsembleRegressor
+    def combined(name: str) -> str:
+        """The key of ensemble `name` in out.estimators, its members fitted (each once)."""
+        from cdmpp.model.ensemble import EnsembleRegressor
 
+        if name not in out.estimators:
             keys = ([fitted(m) for m in ENSEMBLE_MEMBERS] if name == "ensemble" else
-                    [fitted("cdmpp", i) for i in range(SEEDS)])
-            est = EnsembleRegressor.from_fitted([out.estimators[k] for k in keys])
-            out.estimators[name] = est
+                    [fitted("cdmpp", i) for i in range(SEEDS)] if name == "cdmpp-seeds" else
+                    [combined("cdmpp-seeds"), fitted("xgb-work")])
+            out.estimators[name] = EnsembleRegressor.from_fitted([out.estimators[k]
+                                                                  for k in keys])
             out.train_seconds[name] = sum(out.train_seconds[k] for k in keys)
+        return name
+
+    for name in models:
+        if name in ("ensemble", "cdmpp-seeds", "ensemble-seeds"):
+            est = out.estimators[combined(name)]
         else:
             est = out.estimators[fitted(name)]
         out.predictions[name] = est.predict(test.programs)
