@@ -96,24 +96,24 @@ def compare(store, split, models=MODELS, model_config=None, train_config=None,
             out.train_seconds[key] = time.perf_counter() - start
         return key
 
+    # each geometric-mean ensemble: the keys of its members, fitted when first asked for
+    members = {"ensemble": lambda: [fitted(m) for m in ENSEMBLE_MEMBERS],
+               "cdmpp-seeds": lambda: [fitted("cdmpp", i) for i in range(SEEDS)],
+               "ensemble-seeds": lambda: [combined("cdmpp-seeds"), fitted("xgb-work")]}
+
     def combined(name: str) -> str:
-        """The key of ensemble `name` in out.estimators, its members fitted (each once)."""
+        """The key of ensemble `name` in out.estimators, built once from its members."""
         from cdmpp.model.ensemble import EnsembleRegressor
 
         if name not in out.estimators:
-            keys = ([fitted(m) for m in ENSEMBLE_MEMBERS] if name == "ensemble" else
-                    [fitted("cdmpp", i) for i in range(SEEDS)] if name == "cdmpp-seeds" else
-                    [combined("cdmpp-seeds"), fitted("xgb-work")])
+            keys = members[name]()
             out.estimators[name] = EnsembleRegressor.from_fitted([out.estimators[k]
                                                                   for k in keys])
             out.train_seconds[name] = sum(out.train_seconds[k] for k in keys)
         return name
 
     for name in models:
-        if name in ("ensemble", "cdmpp-seeds", "ensemble-seeds"):
-            est = out.estimators[combined(name)]
-        else:
-            est = out.estimators[fitted(name)]
+        est = out.estimators[combined(name) if name in members else fitted(name)]
         out.predictions[name] = est.predict(test.programs)
         out.results[name] = summary(test.latency_s, out.predictions[name], test.programs.task)
     return out

@@ -228,9 +228,9 @@ def read_meta(spec: str | Path) -> dict:
 def load_estimator(spec: str | Path, *, check_features: bool = True, for_device=None):
     """A fitted estimator from a spec: "default" (the shipped cdmpp model), "xgb" (the shipped
     XGBoost baseline), "ensemble" (the shipped geometric mean of the default's three seeds and
-    XGBoost on latency per work), "zen5" (fitted for the Zen 5 VM), "emeraldrapids" (fitted for the Intel Xeon
-    Emerald Rapids VM) or a directory written by
-    `save_estimator`. A name wins over a directory of the same name: write "./xgb" for that.
+    XGBoost on latency per work), "zen5" (fitted for the Zen 5 VM), "emeraldrapids" (fitted
+    for the Intel Xeon Emerald Rapids VM) or a directory written by `save_estimator`. A name
+    wins over a directory of the same name: write "./xgb" for that.
 
     With `check_features`, a model trained on another feature-extractor version is refused:
     its inputs would not mean what it learned. `for_device`: the device to predict for
