@@ -3,6 +3,7 @@ geometric-mean ensemble of those three seeds and XGBoost on latency per work, ha
 `ensemble-seeds` in benchmarks/accuracy.py) and cut the shipped sample data.
 
     python scripts/train_default.py --data data/epyc-2c-kernels.tar.xz --data data/epyc-2c.tar.xz
+    python scripts/train_default.py --data ... --keep-seeds   # refit the XGBoost models only
 
 Every record of the given databases (a .tar.xz is unpacked first) is featurized; a few records
 of a few tasks of the repository's own dataset are held out as the shipped sample data
@@ -86,6 +87,25 @@ def cut_sample(db_dir: Path, out: Path, tasks: int, per_task: int, seed: int) ->
     return taken
 
 
+def check_kept(meta: dict, info: dict, args) -> list:
+    """The seeds of a saved `default` that `--keep-seeds` may reuse: trained on the same
+    records (count, databases, held-out sample, default weight) with the seeds asked for."""
+    trained = meta.get("trained_on") or {}
+    asked = list(range(args.seed, args.seed + args.seeds))
+    for key in ("records", "held_out_sample", "default_weight", "device_id"):
+        if trained.get(key) != info[key]:
+            raise SystemExit(f"--keep-seeds: the saved default was trained with {key} "
+                             f"{trained.get(key)!r}, this run has {info[key]!r}: train it again")
+    if sorted(Path(d).name for d in trained.get("databases", [])) != sorted(
+            Path(d).name.removesuffix(".tar.xz") for d in info["databases"]):
+        raise SystemExit(f"--keep-seeds: the saved default was trained on "
+                         f"{trained.get('databases')}, this run on {info['databases']}")
+    if trained.get("seeds") != asked:
+        raise SystemExit(f"--keep-seeds: the saved default has seeds {trained.get('seeds')}, "
+                         f"this run asks for {asked}")
+    return asked
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", action="append", required=True)
@@ -111,6 +131,10 @@ def main() -> int:
                         help="ModelConfig.readout (default: its default)")
     parser.add_argument("--relative-positions", action=argparse.BooleanOptionalAction,
                         default=None, help="ModelConfig.relative_positions (default: its default)")
+    parser.add_argument("--keep-seeds", action="store_true",
+                        help="reuse the cdmpp seeds already in DIR/default (trained by an "
+                        "earlier run on the same records) and refit only the XGBoost models and "
+                        "the ensemble")
     parser.add_argument("--for-device", default=None, metavar="ID",
                         help="train cdmpp on every device's records, each with its device "
                         "vector, fitted for device ID (as `cdmpp train --for-device`); the "
@@ -128,7 +152,7 @@ def main() -> int:
     from cdmpp.model.config import ModelConfig, TrainConfig
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
-    from cdmpp.model.registry import save_estimator
+    from cdmpp.model.registry import load_estimator, read_meta, save_estimator
 
     with tempfile.TemporaryDirectory() as tmp:
         data = resolve_data(args.data, Path(tmp))
@@ -161,18 +185,23 @@ def main() -> int:
                    "relative_positions": args.relative_positions}
         model_config = replace(ModelConfig(), **{k: v for k, v in options.items()
                                                  if v is not None})
+        if args.keep_seeds:
+            kept = check_kept(read_meta(out / "default"), info, args)
+            print(f"keeping the {len(kept)} seeds of {out / 'default'}")
         seeds = []
-        for i in range(args.seeds):
+        for i in range(0 if args.keep_seeds else args.seeds):
             print(f"cdmpp seed {args.seed + i} ({i + 1} of {args.seeds})")
             seeds.append(CDMPPRegressor(model_config, train_config=replace(
                 config, seed=args.seed + i), progress=True).fit(
                 train.programs, train.latency_s, sample_weight=weight))
             if joint:  # given no device vector, the model predicts for this device
                 seeds[-1].device_vector_ = vector
-        model = seeds[0]
-        default = model if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
-        save_estimator(default, out / "default",
-                       trained_on=dict(info, seeds=list(range(args.seed, args.seed + args.seeds))))
+        if args.keep_seeds:
+            default = load_estimator(out / "default")
+        else:
+            default = seeds[0] if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
+            save_estimator(default, out / "default", trained_on=dict(
+                info, seeds=list(range(args.seed, args.seed + args.seeds))))
         if joint:  # the baselines have no device input: the fitted device's records only
             devices = np.array(samples.column("device_id").to_pylist())
             train = labeled(store, samples, rows[devices[rows] == device_id])

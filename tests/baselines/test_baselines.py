@@ -162,3 +162,15 @@ def test_bad_sample_weights_are_refused():
         check_weight([1.0, -1.0, 1.0], 3)
     with pytest.raises(ValueError, match="not all zero"):
         check_weight([0.0, 0.0, 0.0], 3)
+
+
+def test_make_baseline_starts_xgboost_on_latency_from_the_chosen_settings():
+    from cdmpp.baselines import XGB_SETTINGS
+
+    latency, per_work = make_baseline("xgb", seed=3), make_baseline("xgb", per_work=True)
+    assert {k: latency.get_params()[k] for k in XGB_SETTINGS} == XGB_SETTINGS
+    assert latency.seed == 3 and not latency.per_work
+    assert make_baseline("xgb", n_estimators=7).n_estimators == 7  # arguments win
+    # the class, and XGBoost per work (the ensemble's member), keep the plain defaults
+    plain = XGBBaseline().get_params()
+    assert per_work.get_params() == dict(plain, per_work=True) and plain != latency.get_params()

@@ -85,3 +85,21 @@ def test_estimators_say_what_they_take_and_predict_nothing_for_nothing():
         assert model.predict(programs.subset(np.arange(0))).shape == (0,)
     with pytest.raises(TypeError, match="not a ndarray"):
         CDMPPRegressor().fit(np.zeros((3, 164)), y[:3])
+
+
+def test_choose_weights_finds_the_weights_that_fit_held_out_data():
+    from cdmpp.model.ensemble import choose_weights
+
+    rng = np.random.default_rng(0)
+    y = np.exp(rng.normal(-7, 1, 200))
+    good, bad = y * np.exp(rng.normal(0, 0.05, 200)), y * np.exp(rng.normal(0, 0.8, 200))
+    w = choose_weights([bad, good], y)
+    assert w.sum() == pytest.approx(1.0) and w[1] > 0.8  # the accurate member weighs most
+    # a member too high and one too low by the same factor: half each cancels them
+    np.testing.assert_allclose(choose_weights([2 * y, y / 2], y), [0.5, 0.5])
+    three = choose_weights([2 * y, y / 2, y * 3], y, steps=10)
+    assert len(three) == 3 and three.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="one array per member"):
+        choose_weights([y[:5], y], y)
+    with pytest.raises(ValueError, match="positive"):
+        choose_weights([y, -y], y)

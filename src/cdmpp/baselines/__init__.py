@@ -16,7 +16,7 @@ import numpy as np
 
 from cdmpp.model.params import ParamsMixin
 
-__all__ = ["XGBBaseline", "MLPBaseline", "make_baseline", "program_vectors"]
+__all__ = ["XGBBaseline", "MLPBaseline", "XGB_SETTINGS", "make_baseline", "program_vectors"]
 
 
 def program_vectors(programs) -> np.ndarray:
@@ -97,13 +97,29 @@ class BaselineMixin(ParamsMixin):
         return -mape(y, self.predict(programs))
 
 
+# The settings `make_baseline("xgb")` gives XGBoost on latency (the baseline) over
+# XGBBaseline's defaults: a slower learning rate over more rounds, and larger leaves. Chosen
+# from six candidates (benchmarks/chosen_on_validation.py; TVM's XGBModel settings among them)
+# by MAPE on a validation carve of the training side alone: the best on the by-network carve
+# (54.3% against the defaults' 59.3%), second on the random split's (39.8% against 41.2%, 0.7
+# points behind the best). On latency per work (the ensemble's member) no setting gained in
+# the ensemble on both validation and held-out data, so it keeps the defaults (docs/model.md,
+# "XGBoost's settings chosen on validation").
+XGB_SETTINGS = {"learning_rate": 0.05, "n_estimators": 1000, "min_child_weight": 5.0}
+
+
 def make_baseline(name_or_model="xgb", **kwargs):
-    """A baseline by name ("xgb", "mlp") with keyword arguments, or the object itself."""
+    """A baseline by name ("xgb", "mlp") with keyword arguments, or the object itself.
+
+    "xgb" on latency starts from `XGB_SETTINGS`; keyword arguments override them.
+    (`XGBBaseline()` itself, and "xgb" with `per_work=True`, keep the plain defaults.)"""
     if not isinstance(name_or_model, str):
         return name_or_model
     kinds = {"xgb": "XGBBaseline", "mlp": "MLPBaseline"}
     if name_or_model not in kinds:
         raise ValueError(f"unknown baseline {name_or_model!r}; choose from {sorted(kinds)}")
+    if name_or_model == "xgb" and not kwargs.get("per_work"):
+        kwargs = {**XGB_SETTINGS, **kwargs}
     return __getattr__(kinds[name_or_model])(**kwargs)
 
 

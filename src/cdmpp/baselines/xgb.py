@@ -23,7 +23,8 @@ class XGBBaseline(BaselineMixin):
     trees need no feature scaling), 400 rounds of depth 6 at a 0.1 learning rate: ~35 s for
     20k programs of 164 features on one busy core; depth 8 doubled the time and generalized
     worse on synthetic data. Row and column subsampling (0.8) regularize and cut the time
-    per round. `nthread=None` lets XGBoost use every core. With `early_stopping_rounds`,
+    per round. `make_baseline("xgb")` on latency starts from `cdmpp.baselines.XGB_SETTINGS`
+    instead, chosen on validation data. `nthread=None` lets XGBoost use every core. With `early_stopping_rounds`,
     `fit` needs an `eval_set` and prediction uses the best round. Fitted on programs with
     device vectors, `device_vector_` (set after `fit`, saved) makes programs without them mean
     that device, as `CDMPPRegressor.device_vector_` does.

@@ -7,6 +7,8 @@ so two members' errors in log space average out where they disagree. Measured on
     ens = EnsembleRegressor([CDMPPRegressor(), make_baseline("xgb", per_work=True)])
     ens.fit(programs, latency_s)                  # fits every member on the same data
     ens = EnsembleRegressor.from_fitted([cdmpp_model, xgb_model])  # members already fitted
+    # weights chosen on held-out data (never the test side): the members' predictions there
+    w = choose_weights([cdmpp_on_val, xgb_on_val], y_val)
 
 Saved as a directory: `ensemble.json` (format, weights) and `members/<i>/`, each a directory
 written by `save_estimator`, so any estimator kind can be a member.
@@ -22,6 +24,38 @@ from cdmpp.baselines import BaselineMixin
 
 _FORMAT = 1
 _META = "ensemble.json"
+
+
+def choose_weights(predictions, y, steps: int = 20) -> np.ndarray:
+    """The weights (summing to 1, multiples of 1/steps) of the geometric-mean ensemble with the
+    lowest MAPE of `y` from its members' `predictions` (one array per member, in seconds).
+
+    Pass predictions of held-out data the members were not fitted on, such as a validation
+    carve of the training side: weights chosen on the members' training data favour the member
+    that fits it closest. Every grid point is tried (steps + 1 for two members); ties go to the
+    most even weights."""
+    from itertools import combinations
+
+    y = np.asarray(y, dtype=np.float64)
+    shapes = [np.shape(p) for p in predictions]
+    if not shapes or any(shape != y.shape for shape in shapes) or not len(y):
+        raise ValueError(f"predictions must be one array per member, each as long as y "
+                         f"({y.shape}); got shapes {shapes}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.asarray(predictions, dtype=np.float64))
+    if not np.all(np.isfinite(logs)) or np.any(y <= 0):
+        raise ValueError("predictions and y must be positive and finite (seconds)")
+    n = len(logs)
+    best, best_key = None, None
+    # each composition of `steps` into n parts, as bars between stars
+    for bars in combinations(range(steps + n - 1), n - 1):
+        parts = np.diff([-1, *bars, steps + n - 1]) - 1
+        w = parts / steps
+        err = float(np.mean(np.abs(np.exp(w @ logs) - y) / y))
+        key = (round(err, 12), float(np.ptp(w)))
+        if best_key is None or key < best_key:
+            best, best_key = w, key
+    return best
 
 
 class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted and score
