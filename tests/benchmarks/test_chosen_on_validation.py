@@ -1,20 +1,13 @@
 """benchmarks/chosen_on_validation.py: its validation carve and its names for the settings."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "chosen_on_validation.py"
+from benchmark_helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("chosen_on_validation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("chosen_on_validation.py")
 
 
 def test_the_carve_holds_whole_tasks_or_records_and_repeats(bench):

@@ -1,20 +1,13 @@
 """benchmarks/e2e.py --measured-from: new predictions against an earlier run's measured totals."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "e2e.py"
-
+from benchmark_helpers import BENCHMARKS, load_benchmark
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("e2e_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("e2e.py")
 
 
 def predicted_row(network="resnet18", batch=1, **predicted_s):
@@ -137,7 +130,7 @@ def test_the_json_of_cdmpp_e2e_measure_is_a_stored_run(bench, tmp_path):
         bench.stored_measurements(str(path), "aaaa", None)
 
 
-MEASURED = SCRIPT.parent / "measured"
+MEASURED = BENCHMARKS / "measured"
 
 
 @pytest.mark.parametrize("path", sorted(MEASURED.glob("*.json")), ids=lambda p: p.name)
