@@ -24,10 +24,10 @@ class XGBBaseline(BaselineMixin):
     20k programs of 164 features on one busy core; depth 8 doubled the time and generalized
     worse on synthetic data. Row and column subsampling (0.8) regularize and cut the time
     per round. `make_baseline("xgb")` on latency starts from `cdmpp.baselines.XGB_SETTINGS`
-    instead, chosen on validation data. `nthread=None` lets XGBoost use every core. With `early_stopping_rounds`,
-    `fit` needs an `eval_set` and prediction uses the best round. Fitted on programs with
-    device vectors, `device_vector_` (set after `fit`, saved) makes programs without them mean
-    that device, as `CDMPPRegressor.device_vector_` does.
+    instead, chosen on validation data. `nthread=None` lets XGBoost use every core. With
+    `early_stopping_rounds`, `fit` needs an `eval_set` and prediction uses the best round.
+    Fitted on programs with device vectors, `device_vector_` (set after `fit`, saved) makes
+    programs without them mean that device, as `CDMPPRegressor.device_vector_` does.
     """
 
     _fitted_attr = "booster_"
