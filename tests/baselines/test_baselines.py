@@ -174,3 +174,23 @@ def test_make_baseline_starts_xgboost_on_latency_from_the_chosen_settings():
     # the class, and XGBoost per work (the ensemble's member), keep the plain defaults
     plain = XGBBaseline().get_params()
     assert per_work.get_params() == dict(plain, per_work=True) and plain != latency.get_params()
+
+
+def test_xgb_saves_gzipped_json_and_still_loads_the_plain_json_of_format_1(tmp_path):
+    import gzip
+    import json
+
+    train, y = synthetic(100, seed=4)
+    model = XGBBaseline(**FAST["xgb"]).fit(train, y)
+    first, again = model.save(tmp_path / "a"), model.save(tmp_path / "b")
+    assert (first / "model.json.gz").read_bytes() == (again / "model.json.gz").read_bytes()
+    # format 1, as the models shipped before it were saved: model.json, plain
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "model.json").write_bytes(gzip.decompress((first / "model.json.gz").read_bytes()))
+    meta = json.loads((first / "params.json").read_text())
+    (old / "params.json").write_text(json.dumps(dict(meta, format=1)))
+    np.testing.assert_array_equal(XGBBaseline.load(old).predict(train), model.predict(train))
+    (old / "params.json").write_text(json.dumps(dict(meta, format=9)))
+    with pytest.raises(ValueError, match="format 1 or 2"):
+        XGBBaseline.load(old)
