@@ -164,16 +164,15 @@ def test_bad_sample_weights_are_refused():
         check_weight([0.0, 0.0, 0.0], 3)
 
 
-def test_make_baseline_starts_xgboost_on_latency_from_the_chosen_settings():
-    from cdmpp.baselines import XGB_SETTINGS
+def test_make_baseline_starts_xgboost_from_the_settings_chosen_for_its_target():
+    from cdmpp.baselines import XGB_PER_WORK_SETTINGS, XGB_SETTINGS
 
     latency, per_work = make_baseline("xgb", seed=3), make_baseline("xgb", per_work=True)
-    assert {k: latency.get_params()[k] for k in XGB_SETTINGS} == XGB_SETTINGS
-    assert latency.seed == 3 and not latency.per_work
+    for model, settings in ((latency, XGB_SETTINGS), (per_work, XGB_PER_WORK_SETTINGS)):
+        assert {k: model.get_params()[k] for k in settings} == settings
+    assert latency.seed == 3 and not latency.per_work and per_work.per_work
     assert make_baseline("xgb", n_estimators=7).n_estimators == 7  # arguments win
-    # the class, and XGBoost per work (the ensemble's member), keep the plain defaults
-    plain = XGBBaseline().get_params()
-    assert per_work.get_params() == dict(plain, per_work=True) and plain != latency.get_params()
+    assert XGBBaseline().get_params() != latency.get_params()  # the class keeps its defaults
 
 
 def test_xgb_saves_gzipped_json_and_still_loads_the_plain_json_of_format_1(tmp_path):

@@ -24,5 +24,7 @@ def test_the_carve_holds_whole_tasks_or_records_and_repeats(bench):
 def test_its_shipped_and_plain_names_are_what_cdmpp_ships(bench):
     from cdmpp.baselines import XGB_SETTINGS
 
+    from cdmpp.baselines import XGB_PER_WORK_SETTINGS
+
     assert bench.GRID[bench.SHIPPED["xgb"]] == XGB_SETTINGS and bench.GRID[bench.PLAIN] == {}
-    assert bench.SHIPPED["xgb-work"] == bench.PLAIN  # XGBoost per work keeps the defaults
+    assert bench.GRID[bench.SHIPPED["xgb-work"]] == XGB_PER_WORK_SETTINGS

@@ -167,6 +167,7 @@ def test_eval_counts_the_disturbed_test_labels(fixture_dbs, tmp_path, monkeypatc
 
 def test_seeds_ensemble_with_xgb_work_reuses_both(fixture_dbs, tmp_path):
     from cdmpp.evaluate.run import SEEDS
+    from cdmpp.model.ensemble import CDMPP_WEIGHT
 
     store = open_store(fixture_dbs, tmp_path / "store", workers=1)
     split = make_split(store.samples(), "random", seed=0)
@@ -180,9 +181,10 @@ def test_seeds_ensemble_with_xgb_work_reuses_both(fixture_dbs, tmp_path):
     seeds, xgb_work = result.estimators["ensemble-seeds"].members_
     assert seeds is result.estimators["cdmpp-seeds"]
     assert xgb_work is result.estimators["xgb-work"]
-    # half the three seeds' geometric mean, half XGBoost per work
+    # the three seeds' geometric mean and XGBoost per work, cdmpp weighted CDMPP_WEIGHT
+    w = CDMPP_WEIGHT
     np.testing.assert_allclose(result.predictions["ensemble-seeds"],
-                               np.sqrt(result.predictions["cdmpp-seeds"]
-                                       * result.predictions["xgb-work"]), rtol=1e-6)
+                               result.predictions["cdmpp-seeds"] ** w
+                               * result.predictions["xgb-work"] ** (1 - w), rtol=1e-6)
     assert result.train_seconds["ensemble-seeds"] == pytest.approx(
         result.train_seconds["cdmpp-seeds"] + result.train_seconds["xgb-work"])

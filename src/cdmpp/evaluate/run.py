@@ -19,7 +19,8 @@ ENSEMBLE_MEMBERS = ("cdmpp", "xgb-work")
 # "cdmpp-seeds": the geometric mean of cdmpp trained with seeds S .. S+SEEDS-1 (what `cdmpp train
 # --seeds 3` saves); seed S is the comparison's "cdmpp", reused when it is fitted anyway
 SEEDS = 3
-# "ensemble-seeds": the geometric mean of "cdmpp-seeds" and "xgb-work" (half each), reusing both
+# "ensemble-seeds": the geometric mean of "cdmpp-seeds" and "xgb-work" (cdmpp weighted
+# `cdmpp.model.ensemble.CDMPP_WEIGHT`, as the shipped `ensemble`), reusing both
 
 
 @dataclass
@@ -103,12 +104,13 @@ def compare(store, split, models=MODELS, model_config=None, train_config=None,
 
     def combined(name: str) -> str:
         """The key of ensemble `name` in out.estimators, built once from its members."""
-        from cdmpp.model.ensemble import EnsembleRegressor
+        from cdmpp.model.ensemble import CDMPP_WEIGHT, EnsembleRegressor
 
         if name not in out.estimators:
             keys = members[name]()
+            weights = (CDMPP_WEIGHT, 1 - CDMPP_WEIGHT) if name == "ensemble-seeds" else None
             out.estimators[name] = EnsembleRegressor.from_fitted([out.estimators[k]
-                                                                  for k in keys])
+                                                                  for k in keys], weights)
             out.train_seconds[name] = sum(out.train_seconds[k] for k in keys)
         return name
 
