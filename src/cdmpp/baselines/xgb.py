@@ -1,6 +1,6 @@
 """XGBoost on TenSet-style program vectors, fitted on log latency (or log latency per work).
 
-Saved as a directory: `model.json.gz` (XGBoost's own JSON model format, gzipped: a fifth of the
+Saved as a directory: `model.json.gz` (XGBoost's own JSON model format, gzipped: a quarter of the
 size; `model.json` of format 1 still loads) and `params.json`
 (constructor arguments + what `fit` learned about the inputs).
 """
