@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.evaluate.metrics import mape
+
 # name -> XGBBaseline keyword arguments: "d6" is XGBBaseline's plain defaults, "d6-lr.05-mcw5"
 # and "d8-lr.05" the settings cdmpp ships for XGBoost on latency and on latency per work
 # (`cdmpp.baselines.XGB_SETTINGS`, `XGB_PER_WORK_SETTINGS`)
@@ -51,23 +53,20 @@ PLAIN = "d6"
 SHIPPED = {"xgb": "d6-lr.05-mcw5", "xgb-work": "d8-lr.05"}  # what `make_baseline` gives each
 
 
-def mape(y, p) -> float:
-    return float(np.mean(np.abs(p - y) / y))
-
-
 def carve(tasks, fraction: float, seed: int, by_task: bool):
     """(fit rows, validation rows): validation holds `fraction` of the tasks (`by_task`, as a
     split that holds out networks or tasks tests on unseen tasks) or of the records (as the
     random split tests on records of seen tasks), drawn at random."""
     rng = np.random.default_rng(seed)
-    if not by_task:
+    if by_task:
+        names = np.array(sorted(set(tasks)))
+        val_tasks = set(rng.choice(names, size=max(1, round(fraction * len(names))),
+                                   replace=False))
+        is_val = np.array([t in val_tasks for t in tasks])
+    else:
         is_val = np.zeros(len(tasks), dtype=bool)
         is_val[rng.choice(len(tasks), size=max(1, round(fraction * len(tasks))),
                           replace=False)] = True
-        return np.flatnonzero(~is_val), np.flatnonzero(is_val)
-    names = np.array(sorted(set(tasks)))
-    val_tasks = set(rng.choice(names, size=max(1, round(fraction * len(names))), replace=False))
-    is_val = np.array([t in val_tasks for t in tasks])
     return np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
 

@@ -188,17 +188,16 @@ def main() -> int:
         if args.keep_seeds:
             kept = check_kept(read_meta(out / "default"), info, args)
             print(f"keeping the {len(kept)} seeds of {out / 'default'}")
-        seeds = []
-        for i in range(0 if args.keep_seeds else args.seeds):
-            print(f"cdmpp seed {args.seed + i} ({i + 1} of {args.seeds})")
-            seeds.append(CDMPPRegressor(model_config, train_config=replace(
-                config, seed=args.seed + i), progress=True).fit(
-                train.programs, train.latency_s, sample_weight=weight))
-            if joint:  # given no device vector, the model predicts for this device
-                seeds[-1].device_vector_ = vector
-        if args.keep_seeds:
             default = load_estimator(out / "default")
         else:
+            seeds = []
+            for i in range(args.seeds):
+                print(f"cdmpp seed {args.seed + i} ({i + 1} of {args.seeds})")
+                seeds.append(CDMPPRegressor(model_config, train_config=replace(
+                    config, seed=args.seed + i), progress=True).fit(
+                    train.programs, train.latency_s, sample_weight=weight))
+                if joint:  # given no device vector, the model predicts for this device
+                    seeds[-1].device_vector_ = vector
             default = seeds[0] if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
             save_estimator(default, out / "default", trained_on=dict(
                 info, seeds=list(range(args.seed, args.seed + args.seeds))))
