@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from cdmpp.dataset.splits import Split, make_split, network_split
+from cdmpp.dataset.splits import Split, carve_rows, make_split, network_split
 from cdmpp.features.build import build_store
 from cdmpp.features.store import FeatureStore
 
@@ -118,3 +119,21 @@ def test_random_split_follows_its_seed():
         other = make_split(samples, "random", seed=seed)
         assert len(other.test) == len(first.test) == 200
         assert set(other.test) != set(first.test)
+
+
+def test_the_validation_carve_holds_whole_tasks_or_records_and_repeats():
+    tasks = tuple(f"t{i % 10}" for i in range(200))
+    fit, val = carve_rows(200, 0.2, seed=0, tasks=tasks)
+    assert len(fit) + len(val) == 200 and not set(fit) & set(val)
+    val_tasks = {tasks[i] for i in val}
+    assert len(val_tasks) == 2 and not val_tasks & {tasks[i] for i in fit}
+    np.testing.assert_array_equal(carve_rows(200, 0.2, seed=0, tasks=tasks)[1], val)
+    assert {tasks[i] for i in carve_rows(200, 0.2, seed=1, tasks=tasks)[1]} != val_tasks
+    fit_r, val_r = carve_rows(200, 0.2, seed=0)
+    assert len(val_r) == 40 and sorted(np.concatenate([fit_r, val_r])) == list(range(200))
+    assert {tasks[i] for i in val_r} & {tasks[i] for i in fit_r}  # records, not tasks
+
+
+def test_the_carve_takes_records_when_there_is_one_task():
+    fit, val = carve_rows(10, 0.2, seed=0, tasks=("t",) * 10)
+    assert len(val) == 2 and len(fit) == 8

@@ -502,3 +502,21 @@ def test_models_with_the_same_inputs_are_predicted_together(fitted, refitted, sl
     assert len(prepared) == 1
     assert [len(p) for p in predict_together([fitted, other_seed],
                                              test.programs.subset([]))] == [0, 0]
+
+
+@pytest.mark.parametrize("by_task", [False, True])
+def test_validation_is_the_shared_carve(slice_data, by_task):
+    """The epochs are chosen on `carve_rows`' validation set, the one the benchmarks choose
+    their settings on."""
+    from cdmpp.dataset.splits import carve_rows
+
+    train, _ = slice_data
+    fit_set, y_fit, val_set, y_val, _, _ = CDMPPRegressor._carve(
+        train.programs, train.latency_s, None, FAST, by_task=by_task)
+    fit_rows, val_rows = carve_rows(len(train.latency_s), FAST.val_fraction, FAST.seed,
+                                    train.programs.task if by_task else None)
+    np.testing.assert_array_equal(y_fit, train.latency_s[fit_rows])
+    np.testing.assert_array_equal(y_val, train.latency_s[val_rows])
+    assert list(val_set.task) == [train.programs.task[i] for i in val_rows]
+    if by_task:
+        assert not set(val_set.task) & set(fit_set.task)

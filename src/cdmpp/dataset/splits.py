@@ -67,6 +67,24 @@ class Split:
                    as_tuples(d["test"]), as_tuples(d.get("excluded", [])))
 
 
+def carve_rows(n: int, fraction: float, seed: int, tasks=None) -> tuple[np.ndarray, np.ndarray]:
+    """(fit rows, validation rows) of a training side of `n` records: validation holds
+    `fraction` of its tasks when `tasks` (one name per record, at least two distinct) is
+    given, as a split that tests on unseen tasks needs, else `fraction` of its records; drawn
+    with `seed`, each side in the draw's order. The one carve behind every validation set
+    cdmpp chooses on: `CDMPPRegressor`'s epochs and the benchmarks' settings."""
+    rng = np.random.default_rng(seed)
+    names = sorted(set(tasks)) if tasks is not None else []
+    if len(names) >= 2:
+        n_val = max(1, int(round(fraction * len(names))))
+        held = {names[i] for i in rng.permutation(len(names))[:n_val]}
+        is_val = np.array([t in held for t in tasks])
+        return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    order = rng.permutation(n)
+    n_val = max(1, int(round(fraction * n)))
+    return order[n_val:], order[:n_val]
+
+
 def _ids(samples, rows) -> tuple:
     dbs = samples.column("db").to_pylist()
     recs = samples.column("record_index").to_pylist()

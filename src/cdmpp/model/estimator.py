@@ -137,6 +137,7 @@ class CDMPPRegressor(ParamsMixin):
         weights); weights are None when `weight` is. `by_task`: validation holds whole tasks
         (what fine-tuning on a few tasks must generalize to: other tasks)."""
         from cdmpp.baselines import check_latency
+        from cdmpp.dataset.splits import carve_rows
 
         y = check_latency(y, len(programs))
         weight = check_weight(weight, len(programs))
@@ -146,17 +147,8 @@ class CDMPPRegressor(ParamsMixin):
         if len(programs) < 2:
             raise ValueError(f"fit needs at least 2 programs (some are set aside to choose the "
                              f"epoch), got {len(programs)}; or pass eval_set")
-        rng = np.random.default_rng(tc.seed)
-        tasks = sorted(set(programs.task)) if by_task and programs.task is not None else []
-        if len(tasks) >= 2:
-            n_val = max(1, int(round(tc.val_fraction * len(tasks))))
-            held = {tasks[i] for i in rng.permutation(len(tasks))[:n_val]}
-            is_val = np.array([t in held for t in programs.task])
-            val_rows, fit_rows = np.flatnonzero(is_val), np.flatnonzero(~is_val)
-        else:
-            order = rng.permutation(len(programs))
-            n_val = max(1, int(round(tc.val_fraction * len(programs))))
-            val_rows, fit_rows = order[:n_val], order[n_val:]
+        fit_rows, val_rows = carve_rows(len(programs), tc.val_fraction, tc.seed,
+                                        programs.task if by_task else None)
         return (programs.subset(fit_rows), y[fit_rows], programs.subset(val_rows), y[val_rows],
                 *((None, None) if weight is None else (weight[fit_rows], weight[val_rows])))
 
