@@ -9,10 +9,11 @@ timed with TVM's default thread pool, a different device from our 2-thread colle
 Two splits of the same feature store: by network (the named networks held out; tasks they
 share with training networks go to neither side) and random (within tasks). For each: every
 model's test metrics (cdmpp, cdmpp-seeds: the geometric mean of cdmpp over three seeds, as
-`cdmpp train --seeds 3` saves it, XGBoost on latency and on latency per work, MLP, the
-geometric-mean ensemble of cdmpp and XGBoost per work, and ensemble-seeds: that of cdmpp-seeds
-and XGBoost per work, cdmpp weighted 0.6, as the shipped `ensemble`), the label noise floor of
-the test records, the target ratios, and the training time of cdmpp. The noise floor in the targets is
+`cdmpp train --seeds 3` saves it, XGBoost on latency and on latency per work (the latter also
+given each program's heaviest store), MLP, the geometric-mean ensemble of cdmpp and XGBoost
+per work, and ensemble-seeds: that of cdmpp-seeds and XGBoost per work, cdmpp weighted
+`cdmpp.model.ensemble.CDMPP_WEIGHT`, as the shipped `ensemble`), the label noise floor of the
+test records, the target ratios, and the training time of cdmpp. The noise floor in the targets is
 the test records' median pass-to-pass gap (passes minutes apart); where the data holds records
 timed again in a later session (`cdmpp collect --retest N`), their test-retest noise is printed
 too: its mean is the figure to hold a MAPE against.

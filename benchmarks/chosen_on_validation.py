@@ -4,14 +4,16 @@
         [--store DIR] [--split by-network:mobilenet_v2,resnet50] [--npz preds.npz]
 
 Leak-free model selection in two stages. Stage 1 carves a validation set out of the split's
-training side (`--val-fraction` of its tasks, or of its records for the random split), fits
-every candidate on the rest and scores it there: XGBoost on latency and on latency per work,
-each over a small grid of settings (`GRID`, TVM meta_schedule's own XGBModel settings among
-them), and cdmpp's three seeds. It chooses each XGBoost's settings, and the weight of cdmpp
-(a multiple of 0.05, `cdmpp.model.ensemble.choose_weights`) in the geometric-mean ensemble of
-cdmpp's seeds with XGBoost per work, by validation MAPE alone. Stage 2 refits the chosen and
-the default settings on the whole training side and reports both on the test side, so every
-row is the default beside what the validation chose; the test side chooses nothing.
+training side (`--val-fraction` of its tasks, or of its records for the random split: the
+carve `CDMPPRegressor` chooses its epochs on, `cdmpp.dataset.splits.carve_rows`), fits every
+candidate on the rest and scores it there: XGBoost on latency and on latency per work, each
+over a small grid of settings (`GRID`, TVM meta_schedule's own XGBModel settings among them;
+per work also with the features of each program's heaviest store, `WORK_GRID`), and cdmpp's
+three seeds. It chooses each XGBoost's settings, and the weight of cdmpp (a multiple of 0.05,
+`cdmpp.model.ensemble.choose_weights`) in the geometric-mean ensemble of cdmpp's seeds with
+XGBoost per work, by validation MAPE alone. Stage 2 refits the chosen and the default
+settings on the whole training side and reports both on the test side, so every row is the
+default beside what the validation chose; the test side chooses nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ import numpy as np
 
 from cdmpp.evaluate.metrics import mape
 
-# name -> XGBBaseline keyword arguments: "d6" is XGBBaseline's plain defaults, "d6-lr.05-mcw5"
-# and "d8-lr.05" the settings cdmpp ships for XGBoost on latency and on latency per work
-# (`cdmpp.baselines.XGB_SETTINGS`, `XGB_PER_WORK_SETTINGS`)
+# name -> XGBBaseline keyword arguments: "d6" is XGBBaseline's plain defaults, "d8-lr.03-cs.5"
+# and "d10-lr.03-cs.5-heavy" (`WORK_GRID`) the settings cdmpp ships for XGBoost on latency and
+# on latency per work (`cdmpp.baselines.XGB_SETTINGS`, `XGB_PER_WORK_SETTINGS`), "d6-lr.05-mcw5"
+# and "d8-lr.05" the ones it shipped before
 GRID = {
     "d6": {},
     "d8-lr.05": {"max_depth": 8, "learning_rate": 0.05, "n_estimators": 800},
@@ -48,30 +51,19 @@ GRID = {
     "tvm": {"max_depth": 10, "learning_rate": 0.2, "min_child_weight": 0.0, "subsample": 1.0,
             "colsample_bytree": 1.0},
 }
+# XGBoost per work (cdmpp's own member, not a TenSet baseline) may also see the features of
+# each program's store with the most work (`heaviest_leaf`): "<setting>-heavy"
+WORK_GRID = {**GRID, **{f"{g}-heavy": {**GRID[g], "heaviest_leaf": True}
+                        for g in ("d6", "d8-lr.05", "d10-lr.03-cs.5", "d8-lr.03-cs.5",
+                                  "d6-lr.05-mcw5")}}
+GRIDS = {"xgb": GRID, "xgb-work": WORK_GRID}
 SEEDS = 3
 PLAIN = "d6"
-SHIPPED = {"xgb": "d6-lr.05-mcw5", "xgb-work": "d8-lr.05"}  # what `make_baseline` gives each
-
-
-def carve(tasks, fraction: float, seed: int, by_task: bool):
-    """(fit rows, validation rows): validation holds `fraction` of the tasks (`by_task`, as a
-    split that holds out networks or tasks tests on unseen tasks) or of the records (as the
-    random split tests on records of seen tasks), drawn at random."""
-    rng = np.random.default_rng(seed)
-    if by_task:
-        names = np.array(sorted(set(tasks)))
-        val_tasks = set(rng.choice(names, size=max(1, round(fraction * len(names))),
-                                   replace=False))
-        is_val = np.array([t in val_tasks for t in tasks])
-    else:
-        is_val = np.zeros(len(tasks), dtype=bool)
-        is_val[rng.choice(len(tasks), size=max(1, round(fraction * len(tasks))),
-                          replace=False)] = True
-    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+SHIPPED = {"xgb": "d8-lr.03-cs.5", "xgb-work": "d10-lr.03-cs.5-heavy"}  # `make_baseline`'s
 
 
 def fit_predict(kind: str, train, y_train, test, seed: int, settings: dict, epochs=None):
-    from cdmpp.baselines import make_baseline
+    from cdmpp.baselines.xgb import XGBBaseline
     from cdmpp.model.config import TrainConfig
     from cdmpp.model.estimator import CDMPPRegressor
 
@@ -79,7 +71,8 @@ def fit_predict(kind: str, train, y_train, test, seed: int, settings: dict, epoc
         model = CDMPPRegressor(None, replace(TrainConfig(), seed=seed,
                                              **({"epochs": epochs} if epochs else {})))
     else:
-        model = make_baseline("xgb", seed=seed, per_work=kind == "xgb-work", **settings)
+        # XGBBaseline itself: `make_baseline` would start from the shipped settings
+        model = XGBBaseline(seed=seed, per_work=kind == "xgb-work", **settings)
     start = time.perf_counter()
     model.fit(train, y_train)
     seconds = time.perf_counter() - start
@@ -104,8 +97,8 @@ def run_stage(name, train, y_train, test, y_test, members, out: dict, npz: Path 
         key = f"{kind}:{setting}:{seed}"
         if key in out:
             continue
-        pred, cost = fit_predict(kind, train, y_train, test, seed, GRID.get(setting, {}),
-                                epochs)
+        pred, cost = fit_predict(kind, train, y_train, test, seed,
+                                 WORK_GRID.get(setting, {}), epochs)
         out[key] = pred
         print(f"[{name}] {key}: MAPE {100 * mape(y_test, pred):.1f}% ({cost})", flush=True)
         if npz is not None:
@@ -129,7 +122,7 @@ def main() -> int:
 
     from cdmpp.dataset.devices import one_device
     from cdmpp.dataset.loader import split_data
-    from cdmpp.dataset.splits import make_split
+    from cdmpp.dataset.splits import carve_rows, make_split
     from cdmpp.evaluate.metrics import summary
     from cdmpp.features.build import open_store
     from cdmpp.model.ensemble import CDMPP_WEIGHT, choose_weights
@@ -139,8 +132,9 @@ def main() -> int:
     split = make_split(samples, args.split, seed=args.seed)
     train, test = split_data(store, split)
     tasks = train.programs.task
-    fit_rows, val_rows = carve(tasks, args.val_fraction, args.seed,
-                               by_task=not split.name.startswith("random"))
+    # the carve CDMPPRegressor chooses its epochs on: tasks held out unless the split is random
+    fit_rows, val_rows = carve_rows(len(tasks), args.val_fraction, args.seed,
+                                    None if split.name.startswith("random") else tasks)
     print(f"{split.name}: {len(train.rows)} train ({len(fit_rows)} fit, {len(val_rows)} "
           f"validation, {len(set(tasks[i] for i in val_rows))} validation tasks), "
           f"{len(test.rows)} test", flush=True)
@@ -150,21 +144,21 @@ def main() -> int:
     fit_p, val_p = train.programs.subset(fit_rows), train.programs.subset(val_rows)
     y_fit, y_val = train.latency_s[fit_rows], train.latency_s[val_rows]
     val: dict = {}
-    members = [(k, g, 0) for k in ("xgb", "xgb-work") for g in GRID]
+    members = [(k, g, 0) for k, grid in GRIDS.items() for g in grid]
     members += [("cdmpp", "-", s) for s in range(SEEDS)]
     run_stage("validation", fit_p, y_fit, val_p, y_val, members, val,
               npz and npz.with_name(npz.stem + "-val.npz"), args.epochs)
-    chosen = {k: min(GRID, key=lambda g: mape(y_val, val[f"{k}:{g}:0"]))
-              for k in ("xgb", "xgb-work")}
+    chosen = {k: min(grid, key=lambda g: mape(y_val, val[f"{k}:{g}:0"]))
+              for k, grid in GRIDS.items()}
     cd_val = seeds_mean(val)
     weights = {}
-    for g in GRID:
+    for g in WORK_GRID:
         w = float(choose_weights([cd_val, val[f"xgb-work:{g}:0"]], y_val)[0])
         weights[g] = (w, mape(y_val, geo(cd_val, val[f"xgb-work:{g}:0"], w)),
                       mape(y_val, geo(cd_val, val[f"xgb-work:{g}:0"], 0.5)))
         print(f"validation: cdmpp-seeds x xgb-work {g}: best weight {weights[g][0]:.2f} "
               f"MAPE {100 * weights[g][1]:.1f}% (half each {100 * weights[g][2]:.1f}%)")
-    ens_setting = min(GRID, key=lambda g: weights[g][1])
+    ens_setting = min(WORK_GRID, key=lambda g: weights[g][1])
     print(f"chosen on validation: xgb {chosen['xgb']}, xgb-work {chosen['xgb-work']}, "
           f"ensemble with xgb-work {ens_setting} at cdmpp weight {weights[ens_setting][0]:.2f}",
           flush=True)
@@ -172,7 +166,8 @@ def main() -> int:
     # stage 2: the plain, shipped and chosen settings on the whole training side
     full: dict = {}
     members = [(k, g, 0) for k in ("xgb", "xgb-work")
-               for g in dict.fromkeys((PLAIN, SHIPPED[k], chosen[k], ens_setting))]
+               for g in dict.fromkeys((PLAIN, SHIPPED[k], chosen[k])
+                                      + ((ens_setting,) if k == "xgb-work" else ()))]
     members += [("cdmpp", "-", s) for s in range(SEEDS)]
     run_stage("test", train.programs, train.latency_s, test.programs, test.latency_s, members,
               full, npz and npz.with_name(npz.stem + "-test.npz"), args.epochs)

@@ -193,3 +193,40 @@ def test_xgb_saves_gzipped_json_and_still_loads_the_plain_json_of_format_1(tmp_p
     (old / "params.json").write_text(json.dumps(dict(meta, format=9)))
     with pytest.raises(ValueError, match="format 1 or 2"):
         XGBBaseline.load(old)
+
+
+def test_xgb_with_the_heaviest_leaf_sees_what_a_sum_blurs(tmp_path):
+    """A latency set by the store with the most work (its column 50), beside smaller stores
+    whose column 50 a sum mixes in: the heaviest store's features recover it."""
+    import json
+
+    rng = np.random.default_rng(5)
+
+    def programs(n):
+        feats = []
+        for _ in range(n):
+            f = np.zeros((int(rng.integers(2, 5)), N_FEATURES), dtype=np.float32)
+            f[:, 0] = rng.uniform(0, 10, len(f))  # float ops (slog): which store is heaviest
+            f[:, 50] = rng.uniform(0, 3, len(f))
+            feats.append(f)
+        ps = ProgramSet(tuple(feats), tuple(np.arange(len(f)) for f in feats))
+        return ps, np.exp(-9.0 + ps.heaviest()[:, 50])
+
+    train, y_train = programs(600)
+    test, y_test = programs(200)
+    x = program_vectors(test, heaviest=True)
+    assert x.shape == (200, 2 * N_FEATURES + 1)
+    np.testing.assert_array_equal(x[:, N_FEATURES + 1:], test.heaviest())
+    summed = XGBBaseline(**FAST["xgb"]).fit(train, y_train)
+    heaviest = XGBBaseline(**FAST["xgb"], heaviest_leaf=True).fit(train, y_train)
+    assert mape(y_test, heaviest.predict(test)) < mape(y_test, summed.predict(test)) / 3
+    loaded = XGBBaseline.load(heaviest.save(tmp_path / "h"))
+    assert loaded.heaviest_leaf
+    np.testing.assert_array_equal(loaded.predict(test), heaviest.predict(test))
+    # a model saved before the option existed has no such parameter: summed vectors alone
+    meta_path = summed.save(tmp_path / "s") / "params.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["params"]["heaviest_leaf"]
+    meta_path.write_text(json.dumps(meta))
+    np.testing.assert_array_equal(XGBBaseline.load(tmp_path / "s").predict(test),
+                                  summed.predict(test))

@@ -1,6 +1,6 @@
-"""benchmarks/chosen_on_validation.py: its validation carve and its names for the settings."""
+"""benchmarks/chosen_on_validation.py: its names for the settings (its carve is
+`cdmpp.dataset.splits.carve_rows`, tested there)."""
 
-import numpy as np
 import pytest
 from benchmark_helpers import load_benchmark
 
@@ -10,21 +10,29 @@ def bench():
     return load_benchmark("chosen_on_validation.py")
 
 
-def test_the_carve_holds_whole_tasks_or_records_and_repeats(bench):
-    tasks = tuple(f"t{i % 10}" for i in range(200))
-    fit, val = bench.carve(tasks, 0.2, seed=0, by_task=True)
-    assert len(fit) + len(val) == 200 and not set(fit) & set(val)
-    val_tasks = {tasks[i] for i in val}
-    assert len(val_tasks) == 2 and not val_tasks & {tasks[i] for i in fit}
-    fit_r, val_r = bench.carve(tasks, 0.2, seed=0, by_task=False)
-    assert len(val_r) == 40 and {tasks[i] for i in val_r} & {tasks[i] for i in fit_r}
-    np.testing.assert_array_equal(bench.carve(tasks, 0.2, seed=0, by_task=True)[1], val)
-
-
 def test_its_shipped_and_plain_names_are_what_cdmpp_ships(bench):
-    from cdmpp.baselines import XGB_SETTINGS
-
-    from cdmpp.baselines import XGB_PER_WORK_SETTINGS
+    from cdmpp.baselines import XGB_PER_WORK_SETTINGS, XGB_SETTINGS
 
     assert bench.GRID[bench.SHIPPED["xgb"]] == XGB_SETTINGS and bench.GRID[bench.PLAIN] == {}
-    assert bench.GRID[bench.SHIPPED["xgb-work"]] == XGB_PER_WORK_SETTINGS
+    assert bench.WORK_GRID[bench.SHIPPED["xgb-work"]] == XGB_PER_WORK_SETTINGS
+    assert not any(s.get("heaviest_leaf") for s in bench.GRID.values())  # TenSet-style
+
+
+def test_each_setting_is_fitted_as_written_not_over_the_shipped_settings(bench, monkeypatch):
+    from cdmpp.baselines.xgb import XGBBaseline
+
+    seen = []
+
+    def capture(self, *args, **kwargs):
+        seen.append(self.get_params())
+        raise StopIteration  # nothing to fit: the settings are what is checked
+
+    monkeypatch.setattr(XGBBaseline, "fit", capture)
+    for kind in ("xgb", "xgb-work"):
+        for name in (bench.PLAIN, "d8-lr.05-heavy"):
+            with pytest.raises(StopIteration):
+                bench.fit_predict(kind, None, None, None, 0, bench.WORK_GRID[name])
+    plain = XGBBaseline().get_params()
+    assert seen[0] == plain and seen[2] == dict(plain, per_work=True)
+    assert seen[3] == dict(plain, per_work=True, max_depth=8, learning_rate=0.05,
+                           n_estimators=800, heaviest_leaf=True)

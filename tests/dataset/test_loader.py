@@ -76,6 +76,24 @@ def test_work_of_several_programs_matches_one_at_a_time():
     assert ProgramSet((), ()).work().shape == (0,)
 
 
+def test_heaviest_is_the_store_with_the_most_work():
+    from cdmpp.dataset.programs import ProgramSet, work_columns
+
+    rng = np.random.default_rng(1)
+    leaves = [rng.uniform(0, 12, size=(n, 164)).astype(np.float32) for n in (3, 1, 0, 5)]
+    leaves.append(np.repeat(leaves[0][:1], 2, axis=0))  # two equal stores: the first
+    programs = ProgramSet(tuple(leaves), tuple(np.arange(len(f)) for f in leaves))
+    heaviest = programs.heaviest()
+    assert heaviest.shape == (5, 164)
+    for f, h in zip(leaves, heaviest):
+        if not len(f):
+            assert not h.any()
+            continue
+        work = (np.exp2(f[:, work_columns()].astype(np.float64)) - 1).sum(axis=1)
+        np.testing.assert_array_equal(h, f[np.argmax(work)])
+    assert ProgramSet((), ()).heaviest().shape == (0, 0)
+
+
 def test_default_program_mask_finds_the_untuned_program(fixture_dbs, tmp_path):
     from cdmpp.dataset.loader import default_program_mask
 

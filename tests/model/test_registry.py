@@ -132,6 +132,11 @@ def test_shipped_models_know_their_device():
     assert registry.for_device("0123456789abcdef") == "default"
 
 
+def test_the_shipped_models_fit_in_the_50_mb_the_repository_allows():
+    size = sum(f.stat().st_size for f in registry.SHIPPED_DIR.rglob("*") if f.is_file())
+    assert 0 < size <= 50 * 10**6, f"{size / 10**6:.1f} MB of shipped models"
+
+
 def test_the_device_id_a_for_device_value_names():
     from pathlib import Path
 

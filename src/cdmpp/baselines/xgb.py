@@ -38,7 +38,8 @@ class XGBBaseline(BaselineMixin):
     def __init__(self, n_estimators: int = 400, max_depth: int = 6, learning_rate: float = 0.1,
                  min_child_weight: float = 1.0, subsample: float = 0.8,
                  colsample_bytree: float = 0.8, nthread: int | None = None, seed: int = 0,
-                 early_stopping_rounds: int | None = None, per_work: bool = False):
+                 early_stopping_rounds: int | None = None, per_work: bool = False,
+                 heaviest_leaf: bool = False):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -49,6 +50,8 @@ class XGBBaseline(BaselineMixin):
         self.seed = seed
         self.early_stopping_rounds = early_stopping_rounds
         self.per_work = per_work  # fit ln(latency / work) (`ProgramSet.work`) instead
+        # also see the features of the store with the most work (`ProgramSet.heaviest`)
+        self.heaviest_leaf = heaviest_leaf
 
     def _booster_params(self) -> dict:
         params = {"objective": "reg:squarederror", "tree_method": "hist",

@@ -25,8 +25,8 @@ from cdmpp.baselines import BaselineMixin
 _FORMAT = 1
 # cdmpp's weight beside XGBoost per work in the shipped `ensemble` (and `cdmpp eval`'s
 # ensemble-seeds): chosen with that member's settings on a validation carve of the by-network
-# training side (`choose_weights`; docs/model.md, "XGBoost's settings chosen on validation").
-CDMPP_WEIGHT = 0.6
+# training side (`choose_weights`; docs/model.md, "The heaviest store's features").
+CDMPP_WEIGHT = 0.3
 _META = "ensemble.json"
 
 
