@@ -3,9 +3,9 @@
 Both see one vector per program: `ProgramSet.summed()` (per-store features summed over the
 leaves, plus the leaf count), followed by the device vector when the set has one. XGBoost
 with `heaviest_leaf=True` (not a TenSet baseline: the ensemble's member) also sees the
-features of the program's store with the most work. Both fit
-log latency and predict latency in seconds. `score` is -MAPE (higher is better, sklearn's
-convention), so `fit/predict/score` treat every estimator alike in evaluation.
+features of the program's store with the most work. Both fit log latency and predict latency
+in seconds. `score` is -MAPE (higher is better, sklearn's convention), so `fit/predict/score`
+treat every estimator alike in evaluation.
 
     from cdmpp.baselines import make_baseline
     model = make_baseline("xgb", nthread=2).fit(train, y_train_s)
@@ -114,7 +114,7 @@ class BaselineMixin(ParamsMixin):
 # defaults' 75.0%) and on the random one (42.2% against 45.4%). On latency per work (the
 # ensemble's member, `XGB_PER_WORK_SETTINGS`), with the features of each program's heaviest
 # store beside the sums, the best alone and in the ensemble with cdmpp's seeds on both carves,
-# with the cdmpp weight the by-network carve chose (`cdmpp.model.ensemble.CDMPP_WEIGHT`):
+# with the cdmpp weight both carves chose (`cdmpp.model.ensemble.CDMPP_WEIGHT`):
 # docs/model.md, "The heaviest store's features".
 XGB_SETTINGS = {"max_depth": 8, "learning_rate": 0.03, "n_estimators": 1500,
                 "colsample_bytree": 0.5}

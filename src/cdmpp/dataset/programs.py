@@ -75,12 +75,13 @@ class ProgramSet:
             mask[i, :len(f)] = True
         return feats, pos, mask
 
-    def _leaf_work(self) -> tuple[np.ndarray, np.ndarray]:
-        """(work of every leaf, the program each belongs to), leaves in program order."""
-        # one call: per program costs more
-        leaves = np.concatenate(self.leaf_features)[:, work_columns()]
-        per_leaf = (np.exp2(np.clip(leaves.astype(np.float64), 0, 100)) - 1).sum(axis=1)
-        return per_leaf, np.repeat(np.arange(len(self)), [len(f) for f in self.leaf_features])
+    def _leaf_work(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(every leaf's features, its work, the program it belongs to), in program order."""
+        leaves = np.concatenate(self.leaf_features)  # one call: per program costs more
+        logged = leaves[:, work_columns()].astype(np.float64)
+        per_leaf = (np.exp2(np.clip(logged, 0, 100)) - 1).sum(axis=1)
+        owner = np.repeat(np.arange(len(self)), [len(f) for f in self.leaf_features])
+        return leaves, per_leaf, owner
 
     def work(self) -> np.ndarray:
         """(n,) each program's work: its floating-point operations plus the bytes its stores'
@@ -91,7 +92,7 @@ class ProgramSet:
         `ModelConfig.target="per_work"` predicts."""
         if not len(self):
             return np.ones(0)
-        per_leaf, owner = self._leaf_work()
+        _, per_leaf, owner = self._leaf_work()
         return 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
 
     def heaviest(self) -> np.ndarray:
@@ -101,12 +102,12 @@ class ProgramSet:
         out = np.zeros((len(self), self.n_features))
         if not len(self):
             return out
-        per_leaf, owner = self._leaf_work()
+        leaves, per_leaf, owner = self._leaf_work()
         first = np.lexsort((-per_leaf, owner))  # by program, heaviest first; stable on ties
         counts = np.bincount(owner, minlength=len(self))
         has = counts > 0
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
-        out[has] = np.concatenate(self.leaf_features)[first[starts]]
+        out[has] = leaves[first[starts]]
         return out
 
     def summed(self) -> np.ndarray:

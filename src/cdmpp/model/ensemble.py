@@ -24,8 +24,9 @@ from cdmpp.baselines import BaselineMixin
 
 _FORMAT = 1
 # cdmpp's weight beside XGBoost per work in the shipped `ensemble` (and `cdmpp eval`'s
-# ensemble-seeds): chosen with that member's settings on a validation carve of the by-network
-# training side (`choose_weights`; docs/model.md, "The heaviest store's features").
+# ensemble-seeds): chosen with that member's settings on validation carves of the training
+# side, the same on the by-network and the random split (`choose_weights`; docs/model.md, "The
+# heaviest store's features").
 CDMPP_WEIGHT = 0.3
 _META = "ensemble.json"
 
