@@ -1,6 +1,7 @@
 """Train the shipped models (cdmpp over three seeds, the XGBoost baseline, and the
-geometric-mean ensemble of those three seeds and XGBoost on latency per work, weighted 0.6 and
-0.4: `ensemble-seeds` in benchmarks/accuracy.py) and cut the shipped sample data.
+geometric-mean ensemble of those three seeds and XGBoost on latency per work, weighted
+`cdmpp.model.ensemble.SHIPPED_WEIGHTS`: `ensemble-seeds` in benchmarks/accuracy.py) and cut the
+shipped sample data.
 
     python scripts/train_default.py --data data/epyc-2c-kernels.tar.xz --data data/epyc-2c.tar.xz
     python scripts/train_default.py --data ... --keep-seeds   # refit the XGBoost models only
@@ -150,7 +151,7 @@ def main() -> int:
     from cdmpp.features.build import open_store
     from cdmpp.measure.database import find_databases
     from cdmpp.model.config import ModelConfig, TrainConfig
-    from cdmpp.model.ensemble import CDMPP_WEIGHT, EnsembleRegressor
+    from cdmpp.model.ensemble import SHIPPED_WEIGHTS, EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
     from cdmpp.model.registry import load_estimator, read_meta, save_estimator
 
@@ -213,10 +214,10 @@ def main() -> int:
         save_estimator(xgb, out / "xgb", trained_on=info)
         xgb_work = make_baseline("xgb", seed=args.seed, per_work=True).fit(train.programs,
                                                                           train.latency_s)
-        # the seeds together with XGBoost per work, cdmpp weighted CDMPP_WEIGHT: on held-out
-        # networks better than either alone (docs/model.md, "The three seeds with XGBoost per
-        # work", "XGBoost's settings chosen on validation")
-        weights = (CDMPP_WEIGHT, 1 - CDMPP_WEIGHT)
+        # the seeds together with XGBoost per work, weighted as chosen on validation: on
+        # held-out networks better than either alone (docs/model.md, "The three seeds with
+        # XGBoost per work", "The heaviest store's features")
+        weights = SHIPPED_WEIGHTS
         save_estimator(EnsembleRegressor.from_fitted([default, xgb_work], weights),
                        out / "ensemble", trained_on=dict(
                            info, members="the seeds of default, and XGBoost on latency per "

@@ -5,6 +5,7 @@ import json
 import pytest
 from benchmark_helpers import BENCHMARKS, load_benchmark
 
+
 @pytest.fixture(scope="module")
 def bench():
     return load_benchmark("e2e.py")

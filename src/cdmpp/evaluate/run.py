@@ -104,11 +104,11 @@ def compare(store, split, models=MODELS, model_config=None, train_config=None,
 
     def combined(name: str) -> str:
         """The key of ensemble `name` in out.estimators, built once from its members."""
-        from cdmpp.model.ensemble import CDMPP_WEIGHT, EnsembleRegressor
+        from cdmpp.model.ensemble import SHIPPED_WEIGHTS, EnsembleRegressor
 
         if name not in out.estimators:
             keys = members[name]()
-            weights = (CDMPP_WEIGHT, 1 - CDMPP_WEIGHT) if name == "ensemble-seeds" else None
+            weights = SHIPPED_WEIGHTS if name == "ensemble-seeds" else None
             out.estimators[name] = EnsembleRegressor.from_fitted([out.estimators[k]
                                                                   for k in keys], weights)
             out.train_seconds[name] = sum(out.train_seconds[k] for k in keys)

@@ -28,6 +28,7 @@ _FORMAT = 1
 # side, the same on the by-network and the random split (`choose_weights`; docs/model.md, "The
 # heaviest store's features").
 CDMPP_WEIGHT = 0.3
+SHIPPED_WEIGHTS = (CDMPP_WEIGHT, 1 - CDMPP_WEIGHT)  # (cdmpp, XGBoost per work)
 _META = "ensemble.json"
 
 
@@ -40,6 +41,8 @@ def choose_weights(predictions, y, steps: int = 20) -> np.ndarray:
     that fits it closest. Every grid point is tried (steps + 1 for two members); ties go to the
     most even weights."""
     from itertools import combinations
+
+    from cdmpp.evaluate.metrics import mape
 
     y = np.asarray(y, dtype=np.float64)
     shapes = [np.shape(p) for p in predictions]
@@ -56,7 +59,7 @@ def choose_weights(predictions, y, steps: int = 20) -> np.ndarray:
     for bars in combinations(range(steps + n - 1), n - 1):
         parts = np.diff([-1, *bars, steps + n - 1]) - 1
         w = parts / steps
-        err = float(np.mean(np.abs(np.exp(w @ logs) - y) / y))
+        err = mape(y, np.exp(w @ logs))
         key = (round(err, 12), float(np.ptp(w)))
         if best_key is None or key < best_key:
             best, best_key = w, key
