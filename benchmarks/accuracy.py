@@ -10,8 +10,9 @@ Two splits of the same feature store: by network (the named networks held out; t
 share with training networks go to neither side) and random (within tasks). For each: every
 model's test metrics (cdmpp, cdmpp-seeds: the geometric mean of cdmpp over three seeds, as
 `cdmpp train --seeds 3` saves it, XGBoost on latency and on latency per work (the latter also
-given each program's heaviest store), MLP, the geometric-mean ensemble of cdmpp and XGBoost
-per work, and ensemble-seeds: that of cdmpp-seeds and XGBoost per work, cdmpp weighted
+given the features of each program's heaviest store, as they are and relative to the
+program's work), MLP, the geometric-mean ensemble of cdmpp and XGBoost per work, and
+ensemble-seeds: that of cdmpp-seeds and XGBoost per work, cdmpp weighted
 `cdmpp.model.ensemble.CDMPP_WEIGHT`, as the shipped `ensemble`), the label noise floor of the
 test records, the target ratios, and the training time of cdmpp. The noise floor in the targets is
 the test records' median pass-to-pass gap (passes minutes apart); where the data holds records

@@ -29,9 +29,9 @@ import numpy as np
 from cdmpp.evaluate.metrics import mape
 
 # name -> XGBBaseline keyword arguments: "d6" is XGBBaseline's plain defaults, "d8-lr.03-cs.5"
-# and "d10-lr.03-cs.5-heavy" (`WORK_GRID`) the settings cdmpp ships for XGBoost on latency and
-# on latency per work (`cdmpp.baselines.XGB_SETTINGS`, `XGB_PER_WORK_SETTINGS`), "d6-lr.05-mcw5"
-# and "d8-lr.05" the ones it shipped before
+# and "d10-lr.03-cs.5-heavy-pw" (`WORK_GRID`) the settings cdmpp ships for XGBoost on latency
+# and on latency per work (`cdmpp.baselines.XGB_SETTINGS`, `XGB_PER_WORK_SETTINGS`),
+# "d10-lr.03-cs.5-heavy", "d6-lr.05-mcw5" and "d8-lr.05" ones it shipped before
 GRID = {
     "d6": {},
     "d8-lr.05": {"max_depth": 8, "learning_rate": 0.05, "n_estimators": 800},
@@ -52,14 +52,17 @@ GRID = {
             "colsample_bytree": 1.0},
 }
 # XGBoost per work (cdmpp's own member, not a TenSet baseline) may also see the features of
-# each program's store with the most work (`heaviest_leaf`): "<setting>-heavy"
+# each program's store with the most work (`heaviest_leaf`): "<setting>-heavy", and those
+# features relative to the program's work as well (`heaviest_per_work`): "<setting>-heavy-pw"
 WORK_GRID = {**GRID, **{f"{g}-heavy": {**GRID[g], "heaviest_leaf": True}
                         for g in ("d6", "d8-lr.05", "d10-lr.03-cs.5", "d8-lr.03-cs.5",
-                                  "d6-lr.05-mcw5")}}
+                                  "d6-lr.05-mcw5")},
+             **{f"{g}-heavy-pw": {**GRID[g], "heaviest_leaf": True, "heaviest_per_work": True}
+                for g in ("d6", "d10-lr.03-cs.5", "d8-lr.03-cs.5")}}
 GRIDS = {"xgb": GRID, "xgb-work": WORK_GRID}
 SEEDS = 3
 PLAIN = "d6"
-SHIPPED = {"xgb": "d8-lr.03-cs.5", "xgb-work": "d10-lr.03-cs.5-heavy"}  # `make_baseline`'s
+SHIPPED = {"xgb": "d8-lr.03-cs.5", "xgb-work": "d10-lr.03-cs.5-heavy-pw"}  # `make_baseline`'s
 
 
 def fit_predict(kind: str, train, y_train, test, seed: int, settings: dict, epochs=None):

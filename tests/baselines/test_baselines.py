@@ -230,3 +230,36 @@ def test_xgb_with_the_heaviest_leaf_sees_what_a_sum_blurs(tmp_path):
     meta_path.write_text(json.dumps(meta))
     np.testing.assert_array_equal(XGBBaseline.load(tmp_path / "s").predict(test),
                                   summed.predict(test))
+
+
+def test_xgb_with_the_heaviest_store_per_work_carries_to_larger_shapes(tmp_path):
+    """Latency per work set by the heaviest store's column 50 relative to the program's work:
+    on stores of 2^10-2^14 operations when training saw 2^2-2^8, the absolute features are out
+    of the range the trees split on, the features relative to work are not."""
+    rng = np.random.default_rng(7)
+
+    def programs(n, lo, hi):
+        feats, rate = [], rng.uniform(-3, 0, n)
+        for r in rate:
+            f = np.zeros((int(rng.integers(2, 5)), N_FEATURES), dtype=np.float32)
+            f[:, 0] = rng.uniform(lo, hi, len(f))  # float ops (slog): the work
+            f[:, 50] = f[:, 0] + r  # e.g. bytes: the heaviest store's per work sets the rate
+            feats.append(f)
+        ps = ProgramSet(tuple(feats), tuple(np.arange(len(f)) for f in feats))
+        relative = ps.heaviest(per_work=True)[:, N_FEATURES + 50]
+        return ps, ps.work() * np.exp2(relative) * 1e-9
+
+    train, y_train = programs(800, 2, 8)
+    test, y_test = programs(200, 10, 14)
+    x = program_vectors(test, heaviest=True, heaviest_per_work=True)
+    assert x.shape == (200, 3 * N_FEATURES + 1)
+    np.testing.assert_array_equal(x[:, N_FEATURES + 1:], test.heaviest(per_work=True))
+    common = dict(FAST["xgb"], per_work=True, heaviest_leaf=True)
+    absolute = XGBBaseline(**common).fit(train, y_train)
+    relative = XGBBaseline(**common, heaviest_per_work=True).fit(train, y_train)
+    assert mape(y_test, relative.predict(test)) < mape(y_test, absolute.predict(test)) / 3
+    loaded = XGBBaseline.load(relative.save(tmp_path / "r"))
+    assert loaded.heaviest_per_work
+    np.testing.assert_array_equal(loaded.predict(test), relative.predict(test))
+    with pytest.raises(ValueError, match="needs heaviest=True"):
+        program_vectors(test, heaviest_per_work=True)

@@ -92,6 +92,10 @@ def test_heaviest_is_the_store_with_the_most_work():
         work = (np.exp2(f[:, work_columns()].astype(np.float64)) - 1).sum(axis=1)
         np.testing.assert_array_equal(h, f[np.argmax(work)])
     assert ProgramSet((), ()).heaviest().shape == (0, 0)
+    both = programs.heaviest(per_work=True)
+    np.testing.assert_array_equal(both[:, :164], heaviest)
+    np.testing.assert_allclose(both[:, 164:], heaviest - np.log2(programs.work())[:, None])
+    assert not both[2].any()  # no leaves: no features, work 1
 
 
 def test_default_program_mask_finds_the_untuned_program(fixture_dbs, tmp_path):

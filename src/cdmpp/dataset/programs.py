@@ -95,20 +95,30 @@ class ProgramSet:
         _, per_leaf, owner = self._leaf_work()
         return 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
 
-    def heaviest(self) -> np.ndarray:
+    def heaviest(self, per_work: bool = False) -> np.ndarray:
         """(n, F) float64: the features of each program's store with the most work (the first
         of equals; zeros for a program without leaves). A sum over the leaves blurs the store
-        that takes the time with the small ones around it (initializations, copies, epilogues)."""
+        that takes the time with the small ones around it (initializations, copies, epilogues).
+
+        per_work: (n, 2F), followed by the same features minus log2 of the program's `work`.
+        Counts are slog (log2(x + 1)), so for them this is about log2 of the count per unit of
+        the program's work: its intensities, which a held-out network's larger or smaller
+        shapes leave where the training shapes put them (for the other columns, one-hots and
+        ratios, it is noise a tree can ignore)."""
         out = np.zeros((len(self), self.n_features))
         if not len(self):
-            return out
+            return np.hstack([out, out]) if per_work else out
         leaves, per_leaf, owner = self._leaf_work()
         first = np.lexsort((-per_leaf, owner))  # by program, heaviest first; stable on ties
         counts = np.bincount(owner, minlength=len(self))
         has = counts > 0
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
         out[has] = leaves[first[starts]]
-        return out
+        if not per_work:
+            return out
+        # `work` from the same pass over the leaves: one concatenation, not two
+        work = 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
+        return np.hstack([out, out - np.log2(work)[:, None]])  # no leaves: work 1, zeros
 
     def summed(self) -> np.ndarray:
         """TenSet-style program vector: per-store features summed over the leaves, plus the
