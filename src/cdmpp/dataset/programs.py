@@ -92,7 +92,9 @@ class ProgramSet:
         `ModelConfig.target="per_work"` predicts."""
         if not len(self):
             return np.ones(0)
-        _, per_leaf, owner = self._leaf_work()
+        return self._work_of(*self._leaf_work()[1:])
+
+    def _work_of(self, per_leaf: np.ndarray, owner: np.ndarray) -> np.ndarray:
         return 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
 
     def heaviest(self, per_work: bool = False) -> np.ndarray:
@@ -117,7 +119,7 @@ class ProgramSet:
         if not per_work:
             return out
         # `work` from the same pass over the leaves: one concatenation, not two
-        work = 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
+        work = self._work_of(per_leaf, owner)
         return np.hstack([out, out - np.log2(work)[:, None]])  # no leaves: work 1, zeros
 
     def summed(self) -> np.ndarray:
