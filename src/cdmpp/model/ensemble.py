@@ -25,8 +25,9 @@ from cdmpp.baselines import BaselineMixin
 _FORMAT = 1
 # cdmpp's weight beside XGBoost per work in the shipped `ensemble` (and `cdmpp eval`'s
 # ensemble-seeds): chosen with that member's settings on validation carves of the training
-# side, the same on the by-network and the random split (`choose_weights`; docs/model.md, "The
-# heaviest store's features").
+# side (`choose_weights`): 0.3 on the by-network and the random carve; with the member's
+# features per work as well, 0.2 and 0.3, 0.1 point of MAPE apart (docs/model.md, "The
+# heaviest store's features", "The heaviest store per unit of work").
 CDMPP_WEIGHT = 0.3
 SHIPPED_WEIGHTS = (CDMPP_WEIGHT, 1 - CDMPP_WEIGHT)  # (cdmpp, XGBoost per work)
 _META = "ensemble.json"
