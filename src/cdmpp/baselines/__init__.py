@@ -32,7 +32,7 @@ def program_vectors(programs, heaviest: bool = False, heaviest_per_work: bool = 
     check_programs(programs)
     if heaviest_per_work and not heaviest:
         raise ValueError("heaviest_per_work adds to the heaviest store's features: it needs "
-                         "heaviest=True")
+                         "heaviest=True (in XGBBaseline: heaviest_leaf=True)")
     x = programs.summed()
     if heaviest:
         x = np.concatenate([x, programs.heaviest(per_work=heaviest_per_work)], axis=1)
