@@ -96,6 +96,28 @@ def test_program_vectors_append_device(data):
     assert x.shape == (len(train), N_FEATURES + 1 + extra)
 
 
+def test_program_vectors_in_float32_are_the_float64_ones_rounded(data):
+    train = data[0]
+    wide = program_vectors(train, heaviest=True, heaviest_per_work=True)
+    narrow = program_vectors(train, heaviest=True, heaviest_per_work=True, dtype=np.float32)
+    assert narrow.dtype == np.float32 and wide.dtype == np.float64
+    np.testing.assert_array_equal(narrow, wide.astype(np.float32))
+    extra = 0 if train.device is None else train.device.shape[1]
+    assert wide.shape == (len(train), 3 * N_FEATURES + 1 + extra)
+
+
+def test_xgb_predicts_what_its_trees_give_through_a_dmatrix(data):
+    import xgboost as xgb
+
+    train, y_train, test, _ = data
+    model = make_baseline("xgb", **FAST["xgb"], per_work=True, heaviest_leaf=True,
+                          heaviest_per_work=True).fit(train, y_train)
+    x = program_vectors(test, heaviest=True, heaviest_per_work=True)
+    log_s = model.booster_.predict(xgb.DMatrix(x), iteration_range=(0, model.best_iteration_ + 1))
+    expected = np.exp(log_s.astype(np.float64) + np.log(test.work()))
+    np.testing.assert_array_equal(model.predict(test), expected)
+
+
 def test_mlp_is_deterministic_for_a_seed(data):
     train, y_train, test, _ = data
     kw = dict(hidden=(16,), epochs=3, nthread=1, seed=5)

@@ -98,6 +98,39 @@ def test_heaviest_is_the_store_with_the_most_work():
     assert not both[2].any()  # no leaves: no features, work 1
 
 
+def test_work_is_computed_once_per_set_and_kept_read_only():
+    from cdmpp.dataset.programs import ProgramSet
+
+    rng = np.random.default_rng(2)
+    leaves = tuple(rng.uniform(0, 12, size=(n, 164)).astype(np.float32) for n in (2, 0, 4))
+    pos = tuple(np.arange(len(f)) for f in leaves)
+    programs = ProgramSet(leaves, pos)
+    programs.heaviest(per_work=True)  # computes work on the way: kept for the next caller
+    kept = programs.work()
+    assert programs.work() is kept
+    np.testing.assert_array_equal(kept, ProgramSet(leaves, pos).work())  # as a fresh set's
+    with pytest.raises(ValueError):
+        kept[0] = 1.0  # shared by every caller: nobody may change it
+    assert programs == ProgramSet(leaves, pos)  # not a field: equality unchanged
+
+
+def test_summed_and_heaviest_fill_a_given_array_in_place():
+    from cdmpp.dataset.programs import ProgramSet
+
+    rng = np.random.default_rng(3)
+    leaves = tuple(rng.uniform(0, 12, size=(n, 164)).astype(np.float32) for n in (2, 0, 4))
+    programs = ProgramSet(leaves, tuple(np.arange(len(f)) for f in leaves))
+    wide = np.full((3, 1 + 165 + 328), np.nan, dtype=np.float32)
+    assert programs.summed(out=wide[:, 1:166]).base is wide
+    programs.heaviest(per_work=True, out=wide[:, 166:])
+    np.testing.assert_array_equal(wide[:, 1:166], programs.summed().astype(np.float32))
+    np.testing.assert_array_equal(wide[:, 166:],
+                                  programs.heaviest(per_work=True).astype(np.float32))
+    assert not wide[1, 166:].any()  # no leaves: zeros written over what was there
+    with pytest.raises(ValueError, match="shape"):
+        programs.heaviest(out=np.empty((3, 10)))
+
+
 def test_default_program_mask_finds_the_untuned_program(fixture_dbs, tmp_path):
     from cdmpp.dataset.loader import default_program_mask
 

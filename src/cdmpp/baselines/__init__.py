@@ -22,22 +22,27 @@ __all__ = ["XGBBaseline", "MLPBaseline", "XGB_SETTINGS", "XGB_PER_WORK_SETTINGS"
            "make_baseline", "program_vectors"]
 
 
-def program_vectors(programs, heaviest: bool = False, heaviest_per_work: bool = False
-                    ) -> np.ndarray:
-    """(n, F + 1 [+ F [+ F]] [+ D]) float64: summed store features, leaf count [, the features
+def program_vectors(programs, heaviest: bool = False, heaviest_per_work: bool = False,
+                    dtype=np.float64) -> np.ndarray:
+    """(n, F + 1 [+ F [+ F]] [+ D]) `dtype`: summed store features, leaf count [, the features
     of the store with the most work (`ProgramSet.heaviest`) [, and those features relative to
-    the program's work (`heaviest_per_work`)]] [, device vector]."""
+    the program's work (`heaviest_per_work`)]] [, device vector]. XGBoost reads float32:
+    asking for it here saves a copy of the whole matrix."""
     from cdmpp.dataset.programs import check_programs
 
     check_programs(programs)
     if heaviest_per_work and not heaviest:
         raise ValueError("heaviest_per_work adds to the heaviest store's features: it needs "
                          "heaviest=True (in XGBBaseline: heaviest_leaf=True)")
-    x = programs.summed()
+    f = programs.n_features
+    heavy = (2 if heaviest_per_work else 1) * f if heaviest else 0
+    device = 0 if programs.device is None else np.shape(programs.device)[1]
+    x = np.empty((len(programs), f + 1 + heavy + device), dtype=dtype)
+    programs.summed(out=x[:, :f + 1])  # each part written in place: no copy
     if heaviest:
-        x = np.concatenate([x, programs.heaviest(per_work=heaviest_per_work)], axis=1)
-    if programs.device is not None:
-        x = np.concatenate([x, np.asarray(programs.device, dtype=np.float64)], axis=1)
+        programs.heaviest(per_work=heaviest_per_work, out=x[:, f + 1:f + 1 + heavy])
+    if device:
+        x[:, f + 1 + heavy:] = programs.device
     return x
 
 
@@ -77,9 +82,12 @@ class BaselineMixin(ParamsMixin):
             raise RuntimeError(f"this {type(self).__name__} is not fitted yet: call fit() "
                                "or load() first")
 
+    _dtype = np.float64  # of the program vectors the estimator reads
+
     def _vectors(self, programs) -> np.ndarray:
         return program_vectors(programs, heaviest=getattr(self, "heaviest_leaf", False),
-                               heaviest_per_work=getattr(self, "heaviest_per_work", False))
+                               heaviest_per_work=getattr(self, "heaviest_per_work", False),
+                               dtype=self._dtype)
 
     def _remember_inputs(self, programs) -> np.ndarray:
         x = self._vectors(programs)

@@ -92,13 +92,19 @@ class ProgramSet:
         `ModelConfig.target="per_work"` predicts."""
         if not len(self):
             return np.ones(0)
-        return self._work_of(*self._leaf_work()[1:])
+        cached = self.__dict__.get("_work")
+        return self._work_of(*self._leaf_work()[1:]) if cached is None else cached
 
     def _work_of(self, per_leaf: np.ndarray, owner: np.ndarray) -> np.ndarray:
-        return 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
+        # Kept on the (immutable) set, read-only: an ensemble's members each need it, and it
+        # costs a pass over every leaf.
+        work = 1.0 + np.bincount(owner, weights=per_leaf, minlength=len(self))
+        work.flags.writeable = False
+        object.__setattr__(self, "_work", work)
+        return work
 
-    def heaviest(self, per_work: bool = False) -> np.ndarray:
-        """(n, F) float64: the features of each program's store with the most work (the first
+    def heaviest(self, per_work: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+        """(n, F) float64 (or `out`, filled and returned): the features of each program's store with the most work (the first
         of equals; zeros for a program without leaves). A sum over the leaves blurs the store
         that takes the time with the small ones around it (initializations, copies, epilogues).
 
@@ -107,29 +113,41 @@ class ProgramSet:
         the program's work: its intensities, which a held-out network's larger or smaller
         shapes leave where the training shapes put them (for the other columns, one-hots and
         ratios, it is noise a tree can ignore)."""
-        out = np.zeros((len(self), self.n_features))
+        f = self.n_features
+        out = _output(out, (len(self), 2 * f if per_work else f))
         if not len(self):
-            return np.hstack([out, out]) if per_work else out
+            return out
         leaves, per_leaf, owner = self._leaf_work()
         first = np.lexsort((-per_leaf, owner))  # by program, heaviest first; stable on ties
         counts = np.bincount(owner, minlength=len(self))
         has = counts > 0
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
-        out[has] = leaves[first[starts]]
-        if not per_work:
-            return out
-        # `work` from the same pass over the leaves: one concatenation, not two
-        work = self._work_of(per_leaf, owner)
-        return np.hstack([out, out - np.log2(work)[:, None]])  # no leaves: work 1, zeros
+        out[has, :f] = leaves[first[starts]]
+        out[~has, :f] = 0
+        if per_work:
+            # `work` from the same pass over the leaves: one concatenation, not two
+            work = self._work_of(per_leaf, owner)
+            np.subtract(out[:, :f], np.log2(work)[:, None], out=out[:, f:])  # no leaves: zeros
+        return out
 
-    def summed(self) -> np.ndarray:
+    def summed(self, out: np.ndarray | None = None) -> np.ndarray:
         """TenSet-style program vector: per-store features summed over the leaves, plus the
-        leaf count. (n, F + 1)"""
-        out = np.zeros((len(self), self.n_features + 1), dtype=np.float64)
+        leaf count. (n, F + 1) float64 (or `out`, filled and returned)"""
+        out = _output(out, (len(self), self.n_features + 1))
         for i, f in enumerate(self.leaf_features):
             out[i, :-1] = f.sum(axis=0)
             out[i, -1] = len(f)
         return out
+
+
+def _output(out: np.ndarray | None, shape: tuple) -> np.ndarray:
+    """`out` (checked: the caller's array, e.g. a view of a wider matrix, to fill in place
+    rather than copy into it) or a new float64 array of `shape`."""
+    if out is None:
+        return np.empty(shape)
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}, the result {shape}")
+    return out
 
 
 def check_programs(programs) -> None:
