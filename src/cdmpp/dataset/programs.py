@@ -104,9 +104,10 @@ class ProgramSet:
         return work
 
     def heaviest(self, per_work: bool = False, out: np.ndarray | None = None) -> np.ndarray:
-        """(n, F) float64 (or `out`, filled and returned): the features of each program's store with the most work (the first
-        of equals; zeros for a program without leaves). A sum over the leaves blurs the store
-        that takes the time with the small ones around it (initializations, copies, epilogues).
+        """(n, F) float64 (or `out`, filled and returned): the features of each program's store
+        with the most work (the first of equals; zeros for a program without leaves). A sum over
+        the leaves blurs the store that takes the time with the small ones around it
+        (initializations, copies, epilogues).
 
         per_work: (n, 2F), followed by the same features minus log2 of the program's `work`.
         Counts are slog (log2(x + 1)), so for them this is about log2 of the count per unit of
