@@ -76,13 +76,12 @@ class BaselineMixin(ParamsMixin):
     `get_params` / `set_params` (the keyword arguments of `__init__`, saved with the model)."""
 
     _fitted_attr = "n_features_in_"  # set by subclasses to the attribute `fit` sets last
+    _dtype = np.float64  # of the program vectors the estimator reads
 
     def _check_fitted(self) -> None:
         if not hasattr(self, self._fitted_attr):
             raise RuntimeError(f"this {type(self).__name__} is not fitted yet: call fit() "
                                "or load() first")
-
-    _dtype = np.float64  # of the program vectors the estimator reads
 
     def _vectors(self, programs) -> np.ndarray:
         return program_vectors(programs, heaviest=getattr(self, "heaviest_leaf", False),
