@@ -247,12 +247,18 @@ def test_a_model_that_is_not_cdmpp_is_refused_by_name():
     from cdmpp.calibrate import cdmpp_members
     from cdmpp.model.estimator import CDMPPRegressor
 
-    with pytest.raises(ValueError, match="fine-tunes CDMPP models; 'xgb' is or holds "
-                                         "another kind: XGBBaseline"):
+    with pytest.raises(ValueError, match=r"fine-tunes CDMPP models \(--rescale scales any "
+                                         r"model that holds one\); 'xgb' is or holds another "
+                                         "kind: XGBBaseline"):
         cdmpp_members(XGBBaseline(), "xgb")
-    mixed = EnsembleRegressor.from_fitted([CDMPPRegressor(), XGBBaseline()])
+    member = CDMPPRegressor()
+    mixed = EnsembleRegressor.from_fitted([member, XGBBaseline()])
     with pytest.raises(ValueError, match="'ensemble' is or holds another kind: XGBBaseline$"):
         cdmpp_members(mixed, "ensemble")
+    # a rescale keeps the other kinds: the CDMPP members are what it chooses tasks with
+    assert cdmpp_members(mixed, "ensemble", others=True) == [member]
+    with pytest.raises(ValueError, match="'xgb' is or holds another kind: XGBBaseline$"):
+        cdmpp_members(XGBBaseline(), "xgb", others=True)
 
 
 def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):

@@ -234,7 +234,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         config = replace(config, model=for_device(here))
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
-    members = cdmpp_members(base, config.model)
+    # a rescale scales the whole model: members of other kinds (the shipped `ensemble`'s
+    # XGBoost) stay in it; the first CDMPP member chooses the tasks
+    members = cdmpp_members(base, config.model, others=config.rescale)
     first = members[0]
     # --data of another device is refused before anything is written (a database without
     # device.json, as TVM's own tuner writes, is taken when its target is this one's)

@@ -115,6 +115,16 @@ def test_one_pass_gives_the_prediction_and_the_embedding_of_two(monkeypatch):
         np.testing.assert_allclose(embeddings, embedder(model).embed(programs), rtol=1e-5,
                                    atol=1e-6)
     assert predict_and_embed(ensemble, programs.subset(np.arange(0)))[0].shape == (0,)
+    # an ensemble that also holds another kind (the shipped `ensemble`'s XGBoost): placed by
+    # its CDMPP member, predicted as a whole
+    from cdmpp.baselines.xgb import XGBBaseline
+
+    trees = XGBBaseline(n_estimators=5, nthread=1).fit(programs, y)
+    mixed = EnsembleRegressor.from_fitted([trees, second], weights=[0.7, 0.3])
+    predicted, embeddings = predict_and_embed(mixed, programs)
+    np.testing.assert_allclose(predicted, mixed.predict(programs), rtol=1e-6)
+    np.testing.assert_allclose(embeddings, second.embed(programs), rtol=1e-5, atol=1e-6)
+    assert embedder(mixed) is second
     # a rescaled model runs the network once per batch: no separate embedding pass
     measured = y * np.where(np.arange(30) % 2, 1.5, 0.8)
     scaled = ScaledRegressor(ensemble, neighbors=5).fit(programs, measured)
@@ -139,6 +149,20 @@ def test_per_program_factors_survive_save_and_load(tmp_path):
                                model.scale_)
     with pytest.raises(ValueError, match="need the embeddings of CDMPP models.*Constant"):
         ScaledRegressor(Constant(1e-3), neighbors=3).fit(programs, measured)
+    # nor an ensemble with no CDMPP member; one with another kind beside one can
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.model.ensemble import EnsembleRegressor
+
+    with pytest.raises(ValueError, match="need the embeddings of CDMPP models.*Constant"):
+        ScaledRegressor(EnsembleRegressor.from_fitted([Constant(1e-3)]), neighbors=3).fit(
+            programs, measured)
+    trees = XGBBaseline(n_estimators=5, nthread=1).fit(programs, y)
+    mixed = EnsembleRegressor.from_fitted([trees, base])
+    scaled = ScaledRegressor(mixed, neighbors=5).fit(programs, measured)
+    again = load_estimator(save_estimator(scaled, tmp_path / "mixed"))
+    np.testing.assert_array_equal(again.predict(programs), scaled.predict(programs))
+    np.testing.assert_allclose(scaled.predict(programs),
+                               mixed.predict(programs) * scaled.factors(programs), rtol=1e-6)
     with pytest.raises(ValueError, match="neighbors must be >= 0"):
         ScaledRegressor(base, neighbors=-1).fit(programs, measured)
     # a model rescaled before per-program factors (format 1: one factor) still loads as one

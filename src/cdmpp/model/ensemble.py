@@ -106,7 +106,7 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
         self._check_fitted()
         if not len(programs):
             return np.zeros(0)
-        return self.combine(self._member_predictions(programs))
+        return self.combine(self.member_predictions(programs))
 
     def combine(self, predictions) -> np.ndarray:
         """The weighted geometric mean of the members' predictions (one array per member)."""
@@ -119,18 +119,24 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
             log_sum += w * np.log(p)
         return np.exp(log_sum)
 
-    def _member_predictions(self, programs) -> list:
-        """Every member's prediction; transformer members prepare their inputs together."""
+    def member_predictions(self, programs, embed: bool = False):
+        """Every member's prediction; transformer members prepare their inputs together.
+        `embed`: (predictions, the first transformer member's embeddings from the same pass)."""
         from cdmpp.model.estimator import CDMPPRegressor, predict_together
 
         out = [None] * len(self.members_)
         shared = [i for i, m in enumerate(self.members_) if isinstance(m, CDMPPRegressor)]
-        for i, p in zip(shared, predict_together([self.members_[i] for i in shared], programs)):
+        if embed and not shared:
+            raise ValueError("embeddings need a CDMPP member; this ensemble has none")
+        together = predict_together([self.members_[i] for i in shared], programs,
+                                    embed=0 if embed else None)
+        predictions, embeddings = together if embed else (together, None)
+        for i, p in zip(shared, predictions):
             out[i] = p
         for i, member in enumerate(self.members_):
             if out[i] is None:
                 out[i] = member.predict(programs)
-        return out
+        return (out, embeddings) if embed else out
 
     def save(self, path) -> Path:
         from cdmpp.model.registry import save_composite

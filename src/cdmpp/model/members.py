@@ -4,11 +4,14 @@ choose tasks and place programs)."""
 from __future__ import annotations
 
 
-def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models") -> list:
+def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models (--rescale "
+                  "scales any model that holds one)", others: bool = False) -> list:
     """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
     (e.g. the shipped default, three seeds), under a default-program expert if it has one
     (`model.default_expert`; the expert itself is not one of them). `name` and `purpose` word
-    the error raised when `model` is or holds another kind."""
+    the error raised when `model` is or holds another kind. `others`: an ensemble may hold
+    other kinds too (e.g. the shipped `ensemble`'s XGBoost), which are left out; at least one
+    CDMPP model is still needed."""
     from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
@@ -16,16 +19,17 @@ def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models
     if isinstance(model, DefaultExpertRegressor):
         model = model.model_
     members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
+    cdmpp = [m for m in members if isinstance(m, CDMPPRegressor)]
     bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
-    if bad:
+    if bad and not (others and cdmpp):
         raise ValueError(f"{purpose}; {str(name)!r} is or holds another kind: {', '.join(bad)}")
-    return list(members)
+    return cdmpp
 
 
 def _placing(model) -> list:
-    """`cdmpp_members` of a model whose embeddings place programs."""
+    """`cdmpp_members` of a model whose embeddings place programs (beside other members)."""
     return cdmpp_members(model, type(model).__name__, "per-program factors need the "
-                         "embeddings of CDMPP models (use neighbors=0)")
+                         "embeddings of CDMPP models (use neighbors=0)", others=True)
 
 
 def embedder(model):
@@ -44,11 +48,13 @@ def predict_and_embed(model, programs) -> tuple:
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import predict_together
 
-    members = _placing(model)
-    predictions, embeddings = predict_together(members, programs, embed=0)
+    _placing(model)  # a clear error for a model without CDMPP members
     inner = model.model_ if isinstance(model, DefaultExpertRegressor) else model
-    predicted = (inner.combine(predictions) if isinstance(inner, EnsembleRegressor)
-                 else predictions[0])
+    if isinstance(inner, EnsembleRegressor):  # its other members predict as they do alone
+        predictions, embeddings = inner.member_predictions(programs, embed=True)
+        predicted = inner.combine(predictions)
+    else:
+        (predicted,), embeddings = predict_together([inner], programs, embed=0)
     if isinstance(model, DefaultExpertRegressor):
         predicted = model.blend(programs, predicted)
     return np.asarray(predicted, dtype=np.float64), embeddings
