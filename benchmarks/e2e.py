@@ -368,6 +368,16 @@ def main() -> int:
             raise SystemExit(f"{', '.join(args.measured_from)}: no measurement of "
                              f"{', '.join(missing)}")
     rows = []
+
+    def save_json() -> None:
+        if args.json:  # after every network, atomically: a stopped run keeps what it timed
+            from cdmpp.atomic import write_text_atomic
+
+            # device_id: the device of the measured totals (a later --measured-from reads it)
+            write_text_atomic(args.json, json.dumps(
+                {"device_id": measured_on, "lowered_on": device.device_id, "models": names,
+                 "tuning_db": args.tuning_db, "rows": rows}, indent=1))
+
     for name, batch in configs:
         rows.append(run_one(models, name, batch, kernels=args.kernels,
                             tuning_db=tuning_db, device=device,
@@ -382,13 +392,8 @@ def main() -> int:
               + ", ".join(f"{m} {_ms(p['predicted_s'])} ms"
                           + (f" ({_pct(p['error_rel'])})" if p["error_rel"] is not None else "")
                           for m, p in r["by_model"].items()), file=sys.stderr, flush=True)
+        save_json()
     print(table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            # device_id: the device of the measured totals (a later --measured-from reads it)
-            json.dump({"device_id": measured_on, "lowered_on": device.device_id,
-                       "models": names,
-                       "tuning_db": args.tuning_db, "rows": rows}, f, indent=1)
     return 0
 
 

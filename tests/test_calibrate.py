@@ -257,6 +257,11 @@ def test_a_model_that_is_not_cdmpp_is_refused_by_name():
         cdmpp_members(mixed, "ensemble")
     # a rescale keeps the other kinds: the CDMPP members are what it chooses tasks with
     assert cdmpp_members(mixed, "ensemble", others=True) == [member]
+    nested = EnsembleRegressor.from_fitted([EnsembleRegressor.from_fitted([member]),
+                                            XGBBaseline()])  # as the shipped `ensemble`
+    assert cdmpp_members(nested, "ensemble", others=True) == [member]
+    with pytest.raises(ValueError, match="another kind: EnsembleRegressor, XGBBaseline$"):
+        cdmpp_members(nested, "ensemble")  # fine-tuning rebuilds one level only
     with pytest.raises(ValueError, match="'xgb' is or holds another kind: XGBBaseline$"):
         cdmpp_members(XGBBaseline(), "xgb", others=True)
 

@@ -125,6 +125,15 @@ def test_one_pass_gives_the_prediction_and_the_embedding_of_two(monkeypatch):
     np.testing.assert_allclose(predicted, mixed.predict(programs), rtol=1e-6)
     np.testing.assert_allclose(embeddings, second.embed(programs), rtol=1e-5, atol=1e-6)
     assert embedder(mixed) is second
+    # ensembles within ensembles (the shipped `ensemble`: the seeds' ensemble and XGBoost):
+    # placed by the first transformer in order, however deep
+    for nested, placer in (([ensemble, trees], first),
+                           ([trees, EnsembleRegressor.from_fitted([second]), first], second)):
+        model = EnsembleRegressor.from_fitted(nested)
+        predicted, embeddings = predict_and_embed(model, programs)
+        np.testing.assert_allclose(predicted, model.predict(programs), rtol=1e-6)
+        assert embedder(model) is placer
+        np.testing.assert_allclose(embeddings, placer.embed(programs), rtol=1e-5, atol=1e-6)
     # a rescaled model runs the network once per batch: no separate embedding pass
     measured = y * np.where(np.arange(30) % 2, 1.5, 0.8)
     scaled = ScaledRegressor(ensemble, neighbors=5).fit(programs, measured)

@@ -121,20 +121,32 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
 
     def member_predictions(self, programs, embed: bool = False):
         """Every member's prediction; transformer members prepare their inputs together.
-        `embed`: (predictions, the first transformer member's embeddings from the same pass)."""
+        `embed`: (predictions, the embeddings of the first transformer among the members,
+        ensembles within opened (`cdmpp.model.members.flat_members`), from the same pass)."""
         from cdmpp.model.estimator import CDMPPRegressor, predict_together
+        from cdmpp.model.members import flat_members
 
-        out = [None] * len(self.members_)
-        shared = [i for i, m in enumerate(self.members_) if isinstance(m, CDMPPRegressor)]
-        if embed and not shared:
-            raise ValueError("embeddings need a CDMPP member; this ensemble has none")
-        together = predict_together([self.members_[i] for i in shared], programs,
-                                    embed=0 if embed else None)
-        predictions, embeddings = together if embed else (together, None)
+        members = self.members_
+        out = [None] * len(members)
+        placer = None  # the member holding the first transformer, when embeddings are wanted
+        if embed:
+            placer = next((i for i, m in enumerate(members) if any(
+                isinstance(x, CDMPPRegressor) for x in flat_members(m))), None)
+            if placer is None:
+                raise ValueError("embeddings need a CDMPP member; this ensemble has none")
+        shared = [i for i, m in enumerate(members) if isinstance(m, CDMPPRegressor)]
+        at = shared.index(placer) if placer in shared else None
+        together = predict_together([members[i] for i in shared], programs, embed=at)
+        predictions, embeddings = together if at is not None else (together, None)
         for i, p in zip(shared, predictions):
             out[i] = p
-        for i, member in enumerate(self.members_):
-            if out[i] is None:
+        for i, member in enumerate(members):
+            if out[i] is not None:
+                continue
+            if i == placer:  # an ensemble within, holding the transformer that places
+                inner, embeddings = member.member_predictions(programs, embed=True)
+                out[i] = member.combine(inner)
+            else:
                 out[i] = member.predict(programs)
         return (out, embeddings) if embed else out
 

@@ -10,20 +10,33 @@ def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models
     (e.g. the shipped default, three seeds), under a default-program expert if it has one
     (`model.default_expert`; the expert itself is not one of them). `name` and `purpose` word
     the error raised when `model` is or holds another kind. `others`: an ensemble may hold
-    other kinds too (e.g. the shipped `ensemble`'s XGBoost), which are left out; at least one
-    CDMPP model is still needed."""
+    other kinds too (e.g. the shipped `ensemble`'s XGBoost), which are left out, and ensembles
+    within are opened (`flat_members`); at least one CDMPP model is still needed."""
     from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
 
     if isinstance(model, DefaultExpertRegressor):
         model = model.model_
-    members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
+    if others:
+        members = flat_members(model)
+    else:  # fine-tuning rebuilds one level of members: a nested ensemble is another kind
+        members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
     cdmpp = [m for m in members if isinstance(m, CDMPPRegressor)]
     bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
     if bad and not (others and cdmpp):
         raise ValueError(f"{purpose}; {str(name)!r} is or holds another kind: {', '.join(bad)}")
     return cdmpp
+
+
+def flat_members(model) -> list:
+    """The estimators `model` is made of, ensembles within ensembles opened (the shipped
+    `ensemble` holds the three seeds' ensemble and XGBoost), in order."""
+    from cdmpp.model.ensemble import EnsembleRegressor
+
+    if isinstance(model, EnsembleRegressor):
+        return [leaf for member in model.members_ for leaf in flat_members(member)]
+    return [model]
 
 
 def _placing(model) -> list:
