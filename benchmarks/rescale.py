@@ -104,12 +104,13 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from cdmpp.calibrate import choose_tasks, cdmpp_members, default_programs
+    from cdmpp.calibrate import choose_tasks, default_programs
     from cdmpp.device import device_vector
     from cdmpp.evaluate.metrics import mape, median_ape, noise_floor_ape
     from cdmpp.dataset.loader import default_program_mask, labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
+    from cdmpp.model.members import embedder as placing_model
     from cdmpp.model.registry import load_estimator, resolve_for_device
     from cdmpp.model.retarget import takes_device
     from cdmpp.programs.catalog import select
@@ -122,7 +123,7 @@ def main() -> int:
     def for_device(programs):
         return programs.with_device(device_vector(device)) if takes_device(model) else programs
 
-    embedder = cdmpp_members(model, args.model)[0]
+    embedder = placing_model(model)  # as `cdmpp calibrate --rescale`: any model holding one
     with tempfile.TemporaryDirectory() as tmp:
         build_store([args.db], Path(tmp), progress=False)
         store = FeatureStore(tmp)
