@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,23 +16,34 @@ from cdmpp.model.ensemble import EnsembleRegressor
 @pytest.fixture(params=["one model", "two seeds"])
 def base_model(request, fixture_dbs, tmp_path):
     """A tiny CDMPP model, or an ensemble of two seeds of it (as the shipped default is)."""
+    from cdmpp.model.registry import save_estimator
+
+    data = fixture_data(fixture_dbs, tmp_path)
+    models = [tiny_cdmpp(data, seed) for seed in range(1 if request.param == "one model" else 2)]
+    model = models[0] if len(models) == 1 else EnsembleRegressor.from_fitted(models)
+    return save_estimator(model, tmp_path / "base")
+
+
+def fixture_data(fixture_dbs, tmp_path):
+    """The fixture databases' real programs and labels, through a feature store."""
     from cdmpp.dataset.loader import labeled
     from cdmpp.features.build import build_store
     from cdmpp.features.store import FeatureStore
-    from cdmpp.model.config import ModelConfig, TrainConfig
-    from cdmpp.model.estimator import CDMPPRegressor
-    from cdmpp.model.registry import save_estimator
 
     build_store(fixture_dbs, tmp_path / "store", workers=1, progress=False)
     store = FeatureStore(tmp_path / "store")
     samples = store.samples()
-    data = labeled(store, samples, np.arange(samples.num_rows))
-    models = [CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                                         head_hidden=(16,)),
-                             TrainConfig(epochs=2, batch_size=8, threads=1, seed=seed)).fit(
-        data.programs, data.latency_s) for seed in range(1 if request.param == "one model" else 2)]
-    model = models[0] if len(models) == 1 else EnsembleRegressor.from_fitted(models)
-    return save_estimator(model, tmp_path / "base")
+    return labeled(store, samples, np.arange(samples.num_rows))
+
+
+def tiny_cdmpp(data, seed: int):
+    from cdmpp.model.config import ModelConfig, TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    return CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                      head_hidden=(16,)),
+                          TrainConfig(epochs=2, batch_size=8, threads=1, seed=seed)).fit(
+        data.programs, data.latency_s)
 
 
 def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model, tmp_path):
@@ -242,28 +254,67 @@ def test_kmeans_order_in_rounds_starts_with_a_representative_set():
     assert choose_tasks(Embedder(), programs, 9, "kmeans", seed=0, round_size=4) == order
 
 
-def test_a_model_that_is_not_cdmpp_is_refused_by_name():
+def test_the_cdmpp_members_of_any_model_and_a_model_without_any_refused_by_name():
     from cdmpp.baselines.xgb import XGBBaseline
     from cdmpp.calibrate import cdmpp_members
     from cdmpp.model.estimator import CDMPPRegressor
 
-    with pytest.raises(ValueError, match=r"fine-tunes CDMPP models \(--rescale scales any "
-                                         r"model that holds one\); 'xgb' is or holds another "
-                                         "kind: XGBBaseline"):
+    with pytest.raises(ValueError, match=r"calibrate needs a model that holds a CDMPP model; "
+                                         r"'xgb' holds none, only XGBBaseline$"):
         cdmpp_members(XGBBaseline(), "xgb")
-    member = CDMPPRegressor()
-    mixed = EnsembleRegressor.from_fitted([member, XGBBaseline()])
-    with pytest.raises(ValueError, match="'ensemble' is or holds another kind: XGBBaseline$"):
-        cdmpp_members(mixed, "ensemble")
-    # a rescale keeps the other kinds: the CDMPP members are what it chooses tasks with
-    assert cdmpp_members(mixed, "ensemble", others=True) == [member]
+    member, other = CDMPPRegressor(), CDMPPRegressor()
+    # other kinds are left out, ensembles within opened, in order
+    assert cdmpp_members(EnsembleRegressor.from_fitted([member, XGBBaseline()]), "e") == [member]
     nested = EnsembleRegressor.from_fitted([EnsembleRegressor.from_fitted([member]),
-                                            XGBBaseline()])  # as the shipped `ensemble`
-    assert cdmpp_members(nested, "ensemble", others=True) == [member]
-    with pytest.raises(ValueError, match="another kind: EnsembleRegressor, XGBBaseline$"):
-        cdmpp_members(nested, "ensemble")  # fine-tuning rebuilds one level only
-    with pytest.raises(ValueError, match="'xgb' is or holds another kind: XGBBaseline$"):
-        cdmpp_members(XGBBaseline(), "xgb", others=True)
+                                            XGBBaseline(), other])  # as the shipped `ensemble`
+    assert cdmpp_members(nested, "ensemble") == [member, other]
+
+
+def test_fine_tuning_a_mixed_ensemble_keeps_its_shape_and_rescales_the_other_kinds(
+        fixture_dbs, tmp_path):
+    """The shipped `ensemble` (three seeds' ensemble beside XGBoost, weights 0.3 and 0.7):
+    each CDMPP model is replaced by its fine-tuned copies, the XGBoost is kept as it is, and
+    the whole is rescaled on the fine-tuning programs, which takes the XGBoost to this
+    device; saved and loaded, it predicts the same."""
+    import cdmpp.calibrate as cal
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.model.registry import load_estimator, save_estimator
+    from cdmpp.model.scaled import ScaledRegressor, median_ratio
+
+    data = fixture_data(fixture_dbs, tmp_path)
+    programs, y = data.programs, data.latency_s
+    seeds = [tiny_cdmpp(data, seed) for seed in range(2)]
+    xgb = XGBBaseline(n_estimators=5, nthread=1).fit(programs, y * 2.0)  # another device
+    base = EnsembleRegressor.from_fitted([EnsembleRegressor.from_fitted(seeds), xgb],
+                                         [0.3, 0.7])
+    before = base.predict(programs)
+    config = CalibrateConfig(out="unused", fine_tunes=2, epochs=1, neighbors=3)
+    logs = []
+    model = cal.fine_tuned_model(base, cal.cdmpp_members(base, "base"), programs, y, config,
+                                 vector=None, log=logs.append, progress=False)
+    np.testing.assert_array_equal(base.predict(programs), before)  # the base is untouched
+
+    assert isinstance(model, ScaledRegressor) and model.neighbors == 3
+    inner = model.model_
+    assert isinstance(inner, EnsembleRegressor) and inner.members_[1] is xgb
+    np.testing.assert_allclose(inner.weights_, [0.3, 0.7])
+    copies = inner.members_[0]
+    assert len(copies.members_) == 4 and not set(map(id, copies.members_)) & set(map(id, seeds))
+    assert [m.train_config_.seed for m in copies.members_] == [0, 1, 2, 3]
+    assert model.scale_ == pytest.approx(median_ratio(y, inner.predict(programs)))
+    assert model.scale_ < 0.9  # the XGBoost's labels were twice these
+    assert "x" + f"{model.scale_:.3f}" in logs[-1]
+    save_estimator(model, tmp_path / "calibrated")
+    np.testing.assert_allclose(load_estimator(tmp_path / "calibrated").predict(programs),
+                               model.predict(programs), rtol=1e-6)
+
+    # nested ensembles of CDMPP models alone: rebuilt the same way, nothing to rescale
+    pure = EnsembleRegressor.from_fitted([EnsembleRegressor.from_fitted(seeds), seeds[0]],
+                                         [0.5, 0.5])
+    tuned = cal.fine_tuned_model(pure, cal.cdmpp_members(pure, "pure"), programs, y,
+                                 replace(config, fine_tunes=1), vector=None, progress=False)
+    assert isinstance(tuned, EnsembleRegressor) and len(tuned.members_) == 2
+    assert len(tuned.members_[0].members_) == 2 and tuned.members_[1] not in seeds
 
 
 def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):

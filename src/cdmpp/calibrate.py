@@ -157,27 +157,36 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
 def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig, vector,
                      unlabeled=None, log=None, progress: bool = True):
     """The calibrated model: `config.fine_tunes` fine-tuned copies of each of `members` (the
-    CDMPP members of `base`, which stay untouched), in member order, each copy with its
-    member's ensemble weight; a single copy is itself. A default-program expert of `base` is
-    kept when it was fitted for this device (its device vector is `vector`), else dropped: its
-    trees know the default programs of the device it was fitted on, not this one."""
+    CDMPP members of `base`, which stay untouched) in the place of each, all copies of one
+    ensemble's members in one ensemble, in member order, each copy with its member's weight;
+    a single copy is itself. Members of other kinds (the shipped `ensemble`'s XGBoost) cannot
+    be fine-tuned: they stay, and the rebuilt model is then rescaled on the same programs
+    (`ScaledRegressor`, each program's factor from its `config.neighbors` nearest), which
+    takes their predictions to this device. A default-program expert of `base` is kept when
+    it was fitted for this device (its device vector is `vector`), else dropped: its trees
+    know the default programs of the device it was fitted on, not this one."""
     import numpy as np
 
     from cdmpp.model.default_expert import DefaultExpertRegressor
-    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.members import flat_members
+    from cdmpp.model.scaled import ScaledRegressor
 
     expert = None
     if isinstance(base, DefaultExpertRegressor):
         base, expert = base.model_, base
-    copies = [copy.deepcopy(m) for m in members for _ in range(config.fine_tunes)]
-    fine_tune_members(copies, programs, latency_s, config, vector, unlabeled=unlabeled,
-                      log=log, progress=progress)
-    model = copies[0]
-    if len(copies) > 1:
-        weights = None
-        if isinstance(base, EnsembleRegressor):
-            weights = [w for w in base.weights_ for _ in range(config.fine_tunes)]
-        model = EnsembleRegressor.from_fitted(copies, weights)
+    copies = {id(m): [copy.deepcopy(m) for _ in range(config.fine_tunes)] for m in members}
+    # by id: a model held twice is fine-tuned once
+    fine_tune_members([c for found in copies.values() for c in found], programs, latency_s,
+                      config, vector, unlabeled=unlabeled, log=log, progress=progress)
+    model = _with_copies(base, copies)
+    if not all(isinstance(m, CDMPPRegressor) for m in flat_members(base)):
+        model = ScaledRegressor(model, config.neighbors).fit(programs, latency_s)
+        if log:
+            log(f"the members that are not CDMPP models were kept as they were: the whole "
+                f"model rescaled, x{model.scale_:.3f} over {len(latency_s)} programs"
+                + (f", each program by its {config.neighbors} nearest" if config.neighbors
+                   else ""))
     if expert is None:
         return model
     fitted_for = getattr(expert.expert_, "device_vector_", None)
@@ -188,6 +197,27 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
         log("the base model's default-program expert was fitted for another device: the "
             "calibrated model does without it")
     return model
+
+
+def _with_copies(model, copies: dict):
+    """`model` with each CDMPP model in it replaced by its fine-tuned `copies` (by id); an
+    ensemble of CDMPP models becomes one ensemble of all their copies, each with its member's
+    weight; members of other kinds are kept."""
+    from cdmpp.model.ensemble import EnsembleRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    if isinstance(model, CDMPPRegressor):
+        found = copies[id(model)]
+        return found[0] if len(found) == 1 else EnsembleRegressor.from_fitted(found)
+    if not isinstance(model, EnsembleRegressor):
+        return model
+    if all(isinstance(m, CDMPPRegressor) for m in model.members_):
+        found = [(c, w) for m, w in zip(model.members_, model.weights_) for c in copies[id(m)]]
+        if len(found) == 1:
+            return found[0][0]
+        return EnsembleRegressor.from_fitted([c for c, _ in found], [w for _, w in found])
+    return EnsembleRegressor.from_fitted([_with_copies(m, copies) for m in model.members_],
+                                         model.weights_)
 
 
 def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vector,
@@ -215,7 +245,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
     from cdmpp.model.registry import check_output_dir, for_device, load_estimator, save_estimator
-    from cdmpp.model.scaled import unscaled
+    from cdmpp.model.scaled import ScaledRegressor, unscaled
     from cdmpp.programs.catalog import select
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -234,9 +264,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         config = replace(config, model=for_device(here))
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
-    # a rescale scales the whole model: members of other kinds (the shipped `ensemble`'s
-    # XGBoost) stay in it; the first CDMPP member chooses the tasks
-    members = cdmpp_members(base, config.model, others=config.rescale)
+    # members of other kinds (the shipped `ensemble`'s XGBoost) stay in the model, which is
+    # then rescaled as a whole; the first CDMPP member chooses the tasks
+    members = cdmpp_members(base, config.model)
     first = members[0]
     # --data of another device is refused before anything is written (a database without
     # device.json, as TVM's own tuner writes, is taken when its target is this one's)
@@ -293,8 +323,10 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
             "adapt": config.adapt, "fine_tunes": 0 if config.rescale else config.fine_tunes,
+            # a rescale, or a fine-tuning that rescaled the members it could not fine-tune
             **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_,
-                "rescale_neighbors": config.neighbors} if config.rescale else {}),
+                "rescale_neighbors": config.neighbors}
+               if isinstance(model, ScaledRegressor) else {}),
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(model, config.out, trained_on=info, device=device)
     log(f"saved {config.out}: {'rescaled' if config.rescale else 'fine-tuned'} on "

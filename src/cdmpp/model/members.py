@@ -4,28 +4,23 @@ choose tasks and place programs)."""
 from __future__ import annotations
 
 
-def cdmpp_members(model, name, purpose: str = "calibrate fine-tunes CDMPP models (--rescale "
-                  "scales any model that holds one)", others: bool = False) -> list:
-    """The CDMPP models `model` is made of: itself, or the members of an ensemble of them
-    (e.g. the shipped default, three seeds), under a default-program expert if it has one
-    (`model.default_expert`; the expert itself is not one of them). `name` and `purpose` word
-    the error raised when `model` is or holds another kind. `others`: an ensemble may hold
-    other kinds too (e.g. the shipped `ensemble`'s XGBoost), which are left out, and ensembles
-    within are opened (`flat_members`); at least one CDMPP model is still needed."""
+def cdmpp_members(model, name, purpose: str = "calibrate needs a model that holds a CDMPP "
+                  "model") -> list:
+    """The CDMPP models `model` is made of, in order: itself, or those of an ensemble (e.g.
+    the shipped default, three seeds), ensembles within opened (`flat_members`), under a
+    default-program expert if it has one (`model.default_expert`; the expert itself is not
+    one of them). Members of other kinds (the shipped `ensemble`'s XGBoost) are left out; a
+    model without any CDMPP model is refused, `name` and `purpose` wording the error."""
     from cdmpp.model.default_expert import DefaultExpertRegressor
-    from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.estimator import CDMPPRegressor
 
     if isinstance(model, DefaultExpertRegressor):
         model = model.model_
-    if others:
-        members = flat_members(model)
-    else:  # fine-tuning rebuilds one level of members: a nested ensemble is another kind
-        members = model.members_ if isinstance(model, EnsembleRegressor) else [model]
+    members = flat_members(model)
     cdmpp = [m for m in members if isinstance(m, CDMPPRegressor)]
-    bad = sorted({type(m).__name__ for m in members if not isinstance(m, CDMPPRegressor)})
-    if bad and not (others and cdmpp):
-        raise ValueError(f"{purpose}; {str(name)!r} is or holds another kind: {', '.join(bad)}")
+    if not cdmpp:
+        kinds = sorted({type(m).__name__ for m in members})
+        raise ValueError(f"{purpose}; {str(name)!r} holds none, only {', '.join(kinds)}")
     return cdmpp
 
 
@@ -42,7 +37,7 @@ def flat_members(model) -> list:
 def _placing(model) -> list:
     """`cdmpp_members` of a model whose embeddings place programs (beside other members)."""
     return cdmpp_members(model, type(model).__name__, "per-program factors need the "
-                         "embeddings of CDMPP models (use neighbors=0)", others=True)
+                         "embeddings of CDMPP models (use neighbors=0)")
 
 
 def embedder(model):
