@@ -1,7 +1,7 @@
-"""Train the shipped models (cdmpp over three seeds, the XGBoost baseline, and the
-geometric-mean ensemble of those three seeds and XGBoost on latency per work, weighted
-`cdmpp.model.ensemble.SHIPPED_WEIGHTS`: `ensemble-seeds` in benchmarks/accuracy.py) and cut the
-shipped sample data.
+"""Train the shipped models (`seeds`: cdmpp over three seeds; `xgb`: the XGBoost baseline;
+and `ensemble`, the shipped `default`: the geometric mean of those three seeds and XGBoost on
+latency per work, weighted `cdmpp.model.ensemble.SHIPPED_WEIGHTS`, `ensemble-seeds` in
+benchmarks/accuracy.py) and cut the shipped sample data.
 
     python scripts/train_default.py --data data/epyc-2c-kernels.tar.xz --data data/epyc-2c.tar.xz
     python scripts/train_default.py --data ... --keep-seeds   # refit the XGBoost models only
@@ -9,8 +9,8 @@ shipped sample data.
 Every record of the given databases (a .tar.xz is unpacked first) is featurized; a few records
 of a few tasks of the repository's own dataset are held out as the shipped sample data
 (`src/cdmpp/assets/sample_data/`, a TVM JSON database); the models are trained on everything
-else and written to `src/cdmpp/assets/models/{default,xgb,ensemble}` with what they were
-trained on.
+else and written to `src/cdmpp/assets/models/{seeds,xgb,ensemble}` with what they were
+trained on, and the ensemble with the device.json of the device it was fitted for.
 """
 
 from __future__ import annotations
@@ -89,22 +89,36 @@ def cut_sample(db_dir: Path, out: Path, tasks: int, per_task: int, seed: int) ->
 
 
 def check_kept(meta: dict, info: dict, args) -> list:
-    """The seeds of a saved `default` that `--keep-seeds` may reuse: trained on the same
+    """The seeds of a saved `seeds` that `--keep-seeds` may reuse: trained on the same
     records (count, databases, held-out sample, default weight) with the seeds asked for."""
     trained = meta.get("trained_on") or {}
     asked = list(range(args.seed, args.seed + args.seeds))
     for key in ("records", "held_out_sample", "default_weight", "device_id"):
         if trained.get(key) != info[key]:
-            raise SystemExit(f"--keep-seeds: the saved default was trained with {key} "
+            raise SystemExit(f"--keep-seeds: the saved seeds were trained with {key} "
                              f"{trained.get(key)!r}, this run has {info[key]!r}: train it again")
     if sorted(Path(d).name for d in trained.get("databases", [])) != sorted(
             Path(d).name.removesuffix(".tar.xz") for d in info["databases"]):
-        raise SystemExit(f"--keep-seeds: the saved default was trained on "
+        raise SystemExit(f"--keep-seeds: the saved seeds were trained on "
                          f"{trained.get('databases')}, this run on {info['databases']}")
     if trained.get("seeds") != asked:
-        raise SystemExit(f"--keep-seeds: the saved default has seeds {trained.get('seeds')}, "
+        raise SystemExit(f"--keep-seeds: the saved seeds are {trained.get('seeds')}, "
                          f"this run asks for {asked}")
     return asked
+
+
+def fitted_device(data, device_id):
+    """The device.json of a collection of `device_id` among `data` (what `for_device` matches
+    this machine against), None when none of them has one."""
+    from cdmpp.device import load_device
+    from cdmpp.measure.database import find_databases
+
+    for root in data:
+        for db in find_databases(root):
+            device = load_device(db)
+            if device is not None and device.device_id == device_id:
+                return device
+    return None
 
 
 def main() -> int:
@@ -133,7 +147,7 @@ def main() -> int:
     parser.add_argument("--relative-positions", action=argparse.BooleanOptionalAction,
                         default=None, help="ModelConfig.relative_positions (default: its default)")
     parser.add_argument("--keep-seeds", action="store_true",
-                        help="reuse the cdmpp seeds already in DIR/default (trained by an "
+                        help="reuse the cdmpp seeds already in DIR/seeds (trained by an "
                         "earlier run on the same records) and refit only the XGBoost models and "
                         "the ensemble")
     parser.add_argument("--for-device", default=None, metavar="ID",
@@ -187,9 +201,9 @@ def main() -> int:
         model_config = replace(ModelConfig(), **{k: v for k, v in options.items()
                                                  if v is not None})
         if args.keep_seeds:
-            kept = check_kept(read_meta(out / "default"), info, args)
-            print(f"keeping the {len(kept)} seeds of {out / 'default'}")
-            default = load_estimator(out / "default")
+            kept = check_kept(read_meta(out / "seeds"), info, args)
+            print(f"keeping the {len(kept)} seeds of {out / 'seeds'}")
+            default = load_estimator(out / "seeds")
         else:
             seeds = []
             for i in range(args.seeds):
@@ -200,7 +214,7 @@ def main() -> int:
                 if joint:  # given no device vector, the model predicts for this device
                     seeds[-1].device_vector_ = vector
             default = seeds[0] if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
-            save_estimator(default, out / "default", trained_on=dict(
+            save_estimator(default, out / "seeds", trained_on=dict(
                 info, seeds=list(range(args.seed, args.seed + args.seeds))))
         if joint:  # the baselines have no device input: the fitted device's records only
             devices = np.array(samples.column("device_id").to_pylist())
@@ -220,8 +234,9 @@ def main() -> int:
         weights = SHIPPED_WEIGHTS
         save_estimator(EnsembleRegressor.from_fitted([default, xgb_work], weights),
                        out / "ensemble", trained_on=dict(
-                           info, members="the seeds of default, and XGBoost on latency per "
-                           f"work, weighted {weights[0]:g} and {weights[1]:g}"))
+                           info, members="the three seeds (`seeds`), and XGBoost on latency "
+                           f"per work, weighted {weights[0]:g} and {weights[1]:g}"),
+                       device=fitted_device(data, device_id))
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"models in {out}: {size / 2**20:.1f} MiB")
     return 0

@@ -132,6 +132,30 @@ def test_shipped_models_know_their_device():
     assert registry.for_device("0123456789abcdef") == "default"
 
 
+def test_default_is_the_ensemble_of_the_seeds_and_xgboost_of_the_zen4_vm():
+    """`default` names the shipped ensemble (also `ensemble`), chosen for the Zen 4 VM and for
+    another VM of its processor by its device.json; `seeds` the three seeds within it."""
+    import torch
+
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.device import same_processor
+    from cdmpp.model.ensemble import EnsembleRegressor
+
+    assert registry.resolve("default") == registry.resolve("ensemble")
+    assert registry.read_meta("default")["kind"] == "ensemble"
+    assert registry.fitted_device_id("seeds") == registry.fitted_device_id("default")
+    zen4 = registry.fitted_device("default")
+    assert zen4 is not None and same_processor(zen4, registry.fitted_device("seeds"))
+    model, seeds = registry.load_estimator("default"), registry.load_estimator("seeds")
+    assert isinstance(model, EnsembleRegressor) and isinstance(model.members_[1], XGBBaseline)
+    inner = model.members_[0]
+    assert len(inner.members_) == len(seeds.members_) == 3
+    for a, b in zip(inner.members_, seeds.members_):  # the same seeds, not another training
+        ours, theirs = a.net_.state_dict(), b.net_.state_dict()
+        assert ours.keys() == theirs.keys()
+        assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 def test_the_shipped_models_fit_in_the_50_mb_the_repository_allows():
     size = sum(f.stat().st_size for f in registry.SHIPPED_DIR.rglob("*") if f.is_file())
     assert 0 < size <= 50 * 10**6, f"{size / 10**6:.1f} MB of shipped models"

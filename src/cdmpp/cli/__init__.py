@@ -45,11 +45,11 @@ def _int_at_least(text: str, low: int) -> int:
 def model_help(default: str) -> str:
     """--model's help for the commands that predict with a shipped or trained model; `default`
     says which model is used when none is given."""
-    return ("default (the shipped cdmpp model, trained on a Zen 4 VM), zen5 (cdmpp trained on the "
+    return ("default (the shipped model of a Zen 4 VM: three cdmpp seeds and XGBoost, also "
+            "named ensemble), seeds (those three seeds alone), zen5 (cdmpp trained on the "
             "Zen 4 and Zen 5 VMs' data, fitted for Zen 5), emeraldrapids (cdmpp trained on the "
             "three CPUs' data, fitted for an Intel Xeon VM, with an expert for default "
-            "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xgb, "
-            "ensemble (geometric mean of the default and XGBoost), or a model "
+            "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xgb, or a model "
             f"directory written by cdmpp train or cdmpp calibrate (default: {default})")
 
 

@@ -41,7 +41,8 @@ def add_parser(subparsers) -> None:
                    help="with --rescale: each program's factor is the median over the K "
                         "measured programs nearest it in the base model's embedding (kinds of "
                         "kernel speed up or slow down apart); 0: one factor for all "
-                        "(default: %(default)s)")
+                        "(default: %(default)s). Also how a fine-tuning rescales a base whose "
+                        "members are not all CDMPP models (the shipped default's XGBoost)")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
                    help="domain adaptation towards every catalog task's default program here "
                         "(off by default: in the leave-one-device-out runs it helped little, and "
