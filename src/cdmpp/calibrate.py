@@ -159,7 +159,7 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     """The calibrated model: `config.fine_tunes` fine-tuned copies of each of `members` (the
     CDMPP members of `base`, which stay untouched) in the place of each, all copies of one
     ensemble's members in one ensemble, in member order, each copy with its member's weight;
-    a single copy is itself. Members of other kinds (the shipped `ensemble`'s XGBoost) cannot
+    a single copy is itself. Members of other kinds (the shipped default's XGBoost) cannot
     be fine-tuned: they stay, and the rebuilt model is then rescaled on the same programs
     (`ScaledRegressor`, each program's factor from its `config.neighbors` nearest), which
     takes their predictions to this device. A default-program expert of `base` is kept when
@@ -264,7 +264,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         config = replace(config, model=for_device(here))
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
-    # members of other kinds (the shipped `ensemble`'s XGBoost) stay in the model, which is
+    # members of other kinds (the shipped default's XGBoost) stay in the model, which is
     # then rescaled as a whole; the first CDMPP member chooses the tasks
     members = cdmpp_members(base, config.model)
     first = members[0]

@@ -7,9 +7,9 @@ from __future__ import annotations
 def cdmpp_members(model, name, purpose: str = "calibrate needs a model that holds a CDMPP "
                   "model") -> list:
     """The CDMPP models `model` is made of, in order: itself, or those of an ensemble (e.g.
-    the shipped default, three seeds), ensembles within opened (`flat_members`), under a
+    the shipped default's three seeds), ensembles within opened (`flat_members`), under a
     default-program expert if it has one (`model.default_expert`; the expert itself is not
-    one of them). Members of other kinds (the shipped `ensemble`'s XGBoost) are left out; a
+    one of them). Members of other kinds (the shipped default's XGBoost) are left out; a
     model without any CDMPP model is refused, `name` and `purpose` wording the error."""
     from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.estimator import CDMPPRegressor
@@ -26,7 +26,7 @@ def cdmpp_members(model, name, purpose: str = "calibrate needs a model that hold
 
 def flat_members(model) -> list:
     """The estimators `model` is made of, ensembles within ensembles opened (the shipped
-    `ensemble` holds the three seeds' ensemble and XGBoost), in order."""
+    default holds the three seeds' ensemble and XGBoost), in order."""
     from cdmpp.model.ensemble import EnsembleRegressor
 
     if isinstance(model, EnsembleRegressor):

@@ -16,7 +16,7 @@ A device does not speed up or slow down every kind of kernel alike (a fresh Zen 
 untuned CNNs 7-19% slower than the one `zen3` learnt from, BERT-base and GPT-2 about 19%), so
 with `neighbors=k` each program gets its own factor: the median measured / predicted of the k
 measured programs nearest to it in the base model's embedding space (`anchors_`; that of its
-first CDMPP model: an ensemble may hold other kinds beside, such as the shipped `ensemble`'s
+first CDMPP model: an ensemble may hold other kinds beside, such as the shipped default's
 XGBoost, which are scaled with the rest): on that VM, 9 of 9 untuned networks within 10%
 against 7 of 9 with one factor (docs/cross_device.md, "A factor per kind of kernel").
 `scale_` stays the one factor over all of them, which the summary reports.
