@@ -191,3 +191,15 @@ def test_per_program_factors_survive_save_and_load(tmp_path):
     with pytest.raises(ValueError, match=r"scaled\.json: not ScaledRegressor format 1 or 2 "
                                          r"\(kind 'scaled', format 3\)"):
         load_estimator(path)
+
+
+def test_k_nearest_is_the_start_of_a_stable_sort_ties_included():
+    from cdmpp.model.scaled import k_nearest
+
+    rng = np.random.default_rng(0)
+    dist = rng.integers(0, 6, size=(300, 40)).astype(np.float64)  # many ties
+    dist[:5] = 1.0  # whole rows tied
+    for k in (1, 3, 5, 39, 40, 60):
+        got = np.sort(k_nearest(dist, k), axis=1)
+        want = np.sort(np.argsort(dist, axis=1, kind="stable")[:, :k], axis=1)
+        np.testing.assert_array_equal(got, want)

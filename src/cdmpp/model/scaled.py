@@ -68,6 +68,24 @@ def median_ratio_interval(measured_s, predicted_s, level: float = 0.9, draws: in
     return float(np.exp(low)), float(np.exp(high))
 
 
+_ROWS = 4096  # programs whose distances to the anchors are held at once
+
+
+def k_nearest(dist, k: int) -> np.ndarray:
+    """(n, k) column indices of the k smallest of each row of `dist` (in no set order), ties
+    at the k-th broken towards the lower index: the first k of a stable argsort, without
+    sorting whole rows (742 anchors: 2.5 s of a calibrated model's 6.2 s per 50,000 programs
+    went to that sort)."""
+    n, m = dist.shape
+    if k >= m:
+        return np.broadcast_to(np.arange(m), (n, m))
+    kth = np.partition(dist, k - 1, axis=1)[:, k - 1:k]
+    below, tied = dist < kth, dist == kth
+    need = k - below.sum(axis=1, keepdims=True)
+    take = below | (tied & (np.cumsum(tied, axis=1) <= need))
+    return np.nonzero(take)[1].reshape(n, k)
+
+
 @dataclass(frozen=True)
 class Anchors:
     """The measured programs a per-program factor is read from: their embeddings standardized
@@ -87,12 +105,17 @@ class Anchors:
         """exp(median log ratio of the `neighbors` anchors nearest each embedding)."""
         z = (np.asarray(embeddings, dtype=np.float64) - self.mean) / self.std
         k = min(neighbors, len(self.log_ratios))
-        # squared distances as |z|^2 - 2 z.a + |a|^2: an (n, anchors) matrix, not the
-        # (n, anchors, d) differences (3.9 s for 50,000 programs, against 0.4 s)
         a = self.embeddings
-        dist = (z * z).sum(axis=1)[:, None] - 2.0 * (z @ a.T) + (a * a).sum(axis=1)[None, :]
-        nearest = np.argsort(dist, axis=1, kind="stable")[:, :k]
-        return np.exp(np.median(self.log_ratios[nearest], axis=1))
+        a_sq = (a * a).sum(axis=1)[None, :]
+        out = np.empty(len(z))
+        for start in range(0, len(z), _ROWS):  # bounded memory: (rows, anchors) at a time
+            part = z[start:start + _ROWS]
+            # squared distances as |z|^2 - 2 z.a + |a|^2: an (n, anchors) matrix, not the
+            # (n, anchors, d) differences (3.9 s for 50,000 programs, against 0.4 s)
+            dist = (part * part).sum(axis=1)[:, None] - 2.0 * (part @ a.T) + a_sq
+            nearest = k_nearest(dist, k)
+            out[start:start + len(part)] = np.exp(np.median(self.log_ratios[nearest], axis=1))
+        return out
 
     def to_json(self) -> dict:
         return {"embeddings": self.embeddings.tolist(), "mean": self.mean.tolist(),
