@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # network) once 8 sampled schedules of each network kernel joined them; with 5, 1-4% low
 # (docs/model.md).
 DEFAULT_WEIGHT = 5.0
-# The default model averages (geometric mean) cdmpp over this many seeds: on held-out networks
-# three seeds cut MAPE from 50.4% to 46.3% and raised top-1 from 0.834 to 0.848, and on a random
+# `seeds` (within `default`) averages (geometric mean) cdmpp over this many seeds: on held-out
+# networks three seeds cut MAPE from 50.4% to 46.3% and raised top-1 from 0.834 to 0.848, and on a random
 # split from 35.7% to 33.2% (benchmarks/accuracy.py, docs/model.md), at 3x the training time.
 SEEDS = 3
 ASSETS = ROOT / "src" / "cdmpp" / "assets"
@@ -215,7 +215,8 @@ def main() -> int:
                     seeds[-1].device_vector_ = vector
             default = seeds[0] if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
             save_estimator(default, out / "seeds", trained_on=dict(
-                info, seeds=list(range(args.seed, args.seed + args.seeds))))
+                info, seeds=list(range(args.seed, args.seed + args.seeds))),
+                device=fitted_device(data, device_id))
         if joint:  # the baselines have no device input: the fitted device's records only
             devices = np.array(samples.column("device_id").to_pylist())
             train = labeled(store, samples, rows[devices[rows] == device_id])

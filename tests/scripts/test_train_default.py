@@ -38,3 +38,24 @@ def test_keep_seeds_takes_the_seeds_of_the_same_run(script):
 def test_keep_seeds_refuses_another_run(script, changes, message):
     with pytest.raises(SystemExit, match=message):
         script.check_kept(saved(**changes), INFO, Namespace(seed=0, seeds=3))
+
+
+def test_the_ensemble_gets_the_device_json_of_its_device(script, fixture_dbs, tmp_path):
+    """The shipped ensemble carries the device.json of the device its records came from (so
+    `for_device` finds it there), looked up in the databases below each --data; None when
+    none of them is of that device."""
+    import shutil
+
+    from cdmpp.model.registry import SHIPPED_DIR
+
+    zen4, zen5 = fixture_dbs[0], tmp_path / "data" / "zen5" / "db"
+    shutil.copytree(fixture_dbs[1], zen5)
+    shutil.copy(SHIPPED_DIR / "seeds" / "device.json", zen4)
+    shutil.copy(SHIPPED_DIR / "zen5" / "device.json", zen5)
+    from cdmpp.device import load_device
+
+    mine, theirs = load_device(zen4), load_device(zen5)
+    assert mine.device_id != theirs.device_id
+    assert script.fitted_device([tmp_path / "data", zen4], mine.device_id) == mine
+    assert script.fitted_device([tmp_path / "data"], theirs.device_id) == theirs
+    assert script.fitted_device([tmp_path / "data"], mine.device_id) is None
