@@ -2,6 +2,7 @@
 
     python benchmarks/tune.py [--trials 64] [--models cdmpp,cdmpp-offline,xgb,random] [--seed S]
                               [--json OUT]
+    python benchmarks/tune.py --models cdmpp@default,cdmpp@seeds   # two cdmpp models
 
 Each task is tuned by `ms.tune_tir` (evolutionary search, cdmpp's forked builder, TVM's
 LocalRunner with the device's threads, the same seed) once per cost model, with the same number
@@ -58,7 +59,8 @@ def tune_once(func, target, cost_model_name: str, trials: int, seed: int, build_
     tvm = import_tvm()
     ms = meta_schedule()
     if cost_model_name.startswith("cdmpp"):
-        model = cdmpp.tune.cost_model(online=cost_model_name != "cdmpp-offline")
+        kind, _, estimator = cost_model_name.partition("@")  # "cdmpp@seeds": that model
+        model = cdmpp.tune.cost_model(estimator or None, online=kind != "cdmpp-offline")
         spent = [0.0]
         scores = model.scorer.scores
 
@@ -128,7 +130,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--models", default="cdmpp,cdmpp-offline,xgb,random",
                     help="cost models, comma-separated: cdmpp (corrected online, the default), "
-                         "cdmpp-offline (the model alone), xgb, random")
+                         "cdmpp-offline (the model alone), xgb, random; cdmpp@MODEL and "
+                         "cdmpp-offline@MODEL score with MODEL instead of this machine's "
+                         "shipped model (e.g. cdmpp@default,cdmpp@seeds)")
     ap.add_argument("--tasks", default="all", help="indices into TASKS, comma-separated")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build-timeout", type=float, default=30.0)
