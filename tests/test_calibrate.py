@@ -308,13 +308,15 @@ def test_fine_tuning_a_mixed_ensemble_keeps_its_shape_and_rescales_the_other_kin
     np.testing.assert_allclose(load_estimator(tmp_path / "calibrated").predict(programs),
                                model.predict(programs), rtol=1e-6)
 
-    # nested ensembles of CDMPP models alone: rebuilt the same way, nothing to rescale
+    # nested ensembles of CDMPP models alone: rebuilt the same way, nothing to rescale; a
+    # model held twice is fine-tuned once, its copy in both places
     pure = EnsembleRegressor.from_fitted([EnsembleRegressor.from_fitted(seeds), seeds[0]],
                                          [0.5, 0.5])
     tuned = cal.fine_tuned_model(pure, cal.cdmpp_members(pure, "pure"), programs, y,
                                  replace(config, fine_tunes=1), vector=None, progress=False)
     assert isinstance(tuned, EnsembleRegressor) and len(tuned.members_) == 2
     assert len(tuned.members_[0].members_) == 2 and tuned.members_[1] not in seeds
+    assert tuned.members_[1] is tuned.members_[0].members_[0]
 
 
 def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):
