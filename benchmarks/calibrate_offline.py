@@ -10,9 +10,9 @@
 takes a collection of any device (e.g. the 10-minute calibrations data/README.md lists, a
 `cdmpp calibrate` run's `<out>.data` on the Zen 3 or Intel Xeon VM) and fits `--model` to that
 device exactly as `cdmpp calibrate` does on it: each CDMPP member fine-tuned `--fine-tunes`
-times, the other kinds kept and the whole rescaled (`calibrate.fine_tuned_model`), or with
-`--rescale` one factor, or each program's from its `--neighbors` nearest
-(`calibrate.rescaled_model`). The model is saved with that device's device.json and id and
+times (`calibrate.fine_tunes_for`), the other kinds kept and the whole rescaled
+(`calibrate.fine_tuned_model`), or with `--rescale` one factor, or each program's from its
+`--neighbors` nearest (`calibrate.rescaled_model`). The model is saved with that device's device.json and id and
 the tasks it was fitted on, so benchmarks/calibration.py scores it on the other tasks and
 benchmarks/e2e.py judges it on the device's stored network totals.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 
 
 def main() -> int:
-    from cdmpp.calibrate import (FINE_TUNES, RESCALE_NEIGHBORS, CalibrateConfig,
-                                 fine_tuned_model, measured_programs, rescaled_model)
+    from cdmpp.calibrate import (RESCALE_NEIGHBORS, CalibrateConfig, fine_tuned_model,
+                                 measured_programs, rescaled_model)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a collection directory of one device")
@@ -34,7 +34,8 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--rescale", action="store_true")
     parser.add_argument("--neighbors", type=int, default=RESCALE_NEIGHBORS)
-    parser.add_argument("--fine-tunes", type=int, default=FINE_TUNES)
+    parser.add_argument("--fine-tunes", type=int, default=None,
+                        help="as cdmpp calibrate's (default: as it chooses for the base)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 

@@ -48,7 +48,7 @@ def _load(data_dirs, store_dir: Path, per_task: int):
 
 
 def _fine_tuned(base, members, model_name: str, programs, y, seed: int, vector,
-                fine_tunes: int):
+                fine_tunes: int | None):
     """The base model fine-tuned as `cdmpp calibrate` fine-tunes it (same settings; copies of
     its `members`, which stay as they are for the next draw)."""
     from cdmpp.calibrate import CalibrateConfig, fine_tuned_model
@@ -130,7 +130,7 @@ def report(rows, ks) -> None:
 
 
 def main() -> int:
-    from cdmpp.calibrate import FINE_TUNES
+    from cdmpp.calibrate import FINE_TUNES, FINE_TUNES_BESIDE_OTHERS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", action="append", required=True)
@@ -139,9 +139,11 @@ def main() -> int:
     parser.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
                         default=[5, 10, 20, 34])
     parser.add_argument("--records-per-task", type=int, default=4)
-    parser.add_argument("--fine-tunes", type=int, default=FINE_TUNES, metavar="R",
-                        help="fine-tunings of each member (default: calibrate's, %(default)s; "
-                             "the figures in docs/cross_device.md before 2026-11-25 used 1)")
+    parser.add_argument("--fine-tunes", type=int, default=None, metavar="R",
+                        help="fine-tunings of each member (default: calibrate's, "
+                             f"{FINE_TUNES}, or {FINE_TUNES_BESIDE_OTHERS} for a base that also "
+                             "holds other kinds; the figures in docs/cross_device.md before "
+                             "2026-11-25 used 1, those of 2026-12-05 3)")
     parser.add_argument("--json", help="also write every draw here (JSON lines)")
     args = parser.parse_args()
     rows = run(args)

@@ -319,6 +319,23 @@ def test_fine_tuning_a_mixed_ensemble_keeps_its_shape_and_rescales_the_other_kin
     assert tuned.members_[1] is tuned.members_[0].members_[0]
 
 
+def test_a_base_holding_other_kinds_is_fine_tuned_once_unless_told():
+    """Three fine-tunings of each CDMPP model of a base made of them alone, one beside other
+    kinds (which damp a fine-tuning's seed), as many as asked when asked."""
+    from cdmpp.baselines.xgb import XGBBaseline
+    from cdmpp.calibrate import FINE_TUNES_BESIDE_OTHERS, fine_tunes_for
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+
+    pure = EnsembleRegressor.from_fitted([CDMPPRegressor(), CDMPPRegressor()])
+    mixed = EnsembleRegressor.from_fitted([pure, XGBBaseline()], [0.3, 0.7])
+    config = CalibrateConfig(out="unused")
+    assert fine_tunes_for(pure, config) == FINE_TUNES == 3
+    assert fine_tunes_for(mixed, config) == FINE_TUNES_BESIDE_OTHERS == 1
+    assert fine_tunes_for(DefaultExpertRegressor.from_fitted(mixed, object()), config) == 1
+    assert fine_tunes_for(mixed, replace(config, fine_tunes=2)) == 2
+
+
 def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):
     """The expert is not fine-tuned: calibrating for the device it was fitted for keeps it,
     for another device (or one the model cannot tell) the calibrated model does without."""

@@ -55,6 +55,13 @@ OVERBOOK = 3
 # three fine-tunings each, 4% (docs/cross_device.md, "How much a calibration moves with its
 # seed"). Each costs seconds of CPU.
 FINE_TUNES = 3
+# When the base holds models of other kinds beside its CDMPP ones (the shipped default: the
+# seeds at weight 0.3 beside an XGBoost), once: the other members damp a fine-tuning's seed.
+# Measured on Zen 5 (784 programs, four seeds each): BERT-base within 2.2% with one fine-tuning
+# of each seed, 1.3% with three; per program 13.5-13.7% against 13.5-13.6%; predicting 16,157
+# and 21,185 programs/s against 12,310 (docs/cross_device.md, "Fine-tuning the shipped
+# ensemble").
+FINE_TUNES_BESIDE_OTHERS = 1
 # Tasks a rescale measures when given neither k nor a budget: their default programs, about a
 # minute. Simulated on four CPUs each left out of training, KMeans at k = 10 put a CPU's
 # networks 5-41% off by the seed (one factor from ten programs follows a few outliers), at
@@ -88,14 +95,16 @@ class CalibrateConfig:
     seed: int = 0
     # collections measured on this device (same device id) to fine-tune on as well
     data: tuple = ()
-    fine_tunes: int = FINE_TUNES  # fine-tunings of each base member, all kept (averaged)
+    # fine-tunings of each CDMPP model of the base, all kept (averaged); None: FINE_TUNES, or
+    # FINE_TUNES_BESIDE_OTHERS for a base that holds other kinds too (`fine_tunes_for`)
+    fine_tunes: int | None = None
     # one factor on the base model for this device instead of fine-tuning (`model.scaled`)
     rescale: bool = False
     # with rescale: each program's factor from its k nearest measured programs (0: one factor)
     neighbors: int = RESCALE_NEIGHBORS
 
     def __post_init__(self):
-        if self.fine_tunes < 1:
+        if self.fine_tunes is not None and self.fine_tunes < 1:
             raise ValueError(f"fine_tunes must be at least 1, not {self.fine_tunes}")
         if self.programs_per_task < 0:
             raise ValueError(f"programs_per_task must be at least 0, not "
@@ -154,9 +163,25 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
     return chosen
 
 
+def fine_tunes_for(base, config: CalibrateConfig) -> int:
+    """How many times each CDMPP model of `base` is fine-tuned: `config.fine_tunes` if given,
+    else FINE_TUNES, or FINE_TUNES_BESIDE_OTHERS when `base` also holds other kinds."""
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.members import flat_members
+
+    if config.fine_tunes is not None:
+        return config.fine_tunes
+    if isinstance(base, DefaultExpertRegressor):
+        base = base.model_
+    if all(isinstance(m, CDMPPRegressor) for m in flat_members(base)):
+        return FINE_TUNES
+    return FINE_TUNES_BESIDE_OTHERS
+
+
 def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig, vector,
                      unlabeled=None, log=None, progress: bool = True):
-    """The calibrated model: `config.fine_tunes` fine-tuned copies of each of `members` (the
+    """The calibrated model: `fine_tunes_for` fine-tuned copies of each of `members` (the
     CDMPP members of `base`, which stay untouched) in the place of each, all copies of one
     ensemble's members in one ensemble, in member order, each copy with its member's weight;
     a single copy is itself. Members of other kinds (the shipped default's XGBoost) cannot
@@ -172,10 +197,11 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     from cdmpp.model.members import flat_members
     from cdmpp.model.scaled import ScaledRegressor
 
+    count = fine_tunes_for(base, config)
     expert = None
     if isinstance(base, DefaultExpertRegressor):
         base, expert = base.model_, base
-    copies = {id(m): [copy.deepcopy(m) for _ in range(config.fine_tunes)] for m in members}
+    copies = {id(m): [copy.deepcopy(m) for _ in range(count)] for m in members}
     # by id: a model held twice is fine-tuned once
     fine_tune_members([c for found in copies.values() for c in found], programs, latency_s,
                       config, vector, unlabeled=unlabeled, log=log, progress=progress)
@@ -322,7 +348,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_data": [str(d) for d in config.data],
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
-            "adapt": config.adapt, "fine_tunes": 0 if config.rescale else config.fine_tunes,
+            "adapt": config.adapt, "fine_tunes": 0 if config.rescale else fine_tunes_for(base, config),
             # a rescale, or a fine-tuning that rescaled the members it could not fine-tune
             **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_,
                 "rescale_neighbors": config.neighbors}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from cdmpp.calibrate import FINE_TUNES, RESCALE_NEIGHBORS, RESCALE_TASKS
+from cdmpp.calibrate import (FINE_TUNES, FINE_TUNES_BESIDE_OTHERS, RESCALE_NEIGHBORS,
+                             RESCALE_TASKS)
 from cdmpp.cli import csv_list, non_negative_int, positive_float, positive_int
 
 
@@ -60,9 +61,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--network", type=csv_list, default=None, help="candidate networks")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the task choice, the sampling and the fine-tuning")
-    p.add_argument("--fine-tunes", type=positive_int, default=FINE_TUNES, metavar="R",
-                   help="fine-tune each member of the base model R times (other seeds) and "
-                        "keep all, averaged (default: %(default)s)")
+    p.add_argument("--fine-tunes", type=positive_int, default=None, metavar="R",
+                   help="fine-tune each CDMPP model of the base R times (other seeds) and "
+                        f"keep all, averaged (default: {FINE_TUNES}; "
+                        f"{FINE_TUNES_BESIDE_OTHERS} for a base that also holds other kinds, "
+                        "as the shipped default's XGBoost, which damps a fine-tuning's seed)")
     p.add_argument("--data", action="append", default=[], metavar="DIR",
                    help="also fine-tune on every program of this collection, measured on this "
                         "device, e.g. `cdmpp collect --kernels-of NET` of the networks you "
