@@ -226,7 +226,7 @@ def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, 
     monkeypatch.setattr(cdmpp.calibrate, "calibrate", lambda config: seen.append(config) or {})
     assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a", "--data", "b"]) == 0
     assert seen[0].data == ("a", "b") and seen[0].tasks == 0
-    assert seen[0].fine_tunes == cdmpp.calibrate.FINE_TUNES
+    assert seen[0].fine_tunes is None  # calibrate chooses by the base (`fine_tunes_for`)
     assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a",
                  "--fine-tunes", "1"]) == 0
     assert seen[1].fine_tunes == 1
