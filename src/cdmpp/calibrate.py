@@ -163,20 +163,24 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
     return chosen
 
 
-def fine_tunes_for(base, config: CalibrateConfig) -> int:
-    """How many times each CDMPP model of `base` is fine-tuned: `config.fine_tunes` if given,
-    else FINE_TUNES, or FINE_TUNES_BESIDE_OTHERS when `base` also holds other kinds."""
+def holds_other_kinds(model) -> bool:
+    """Whether `model` (under a default-program expert, if any) holds models that are not
+    CDMPP models, as the shipped default's XGBoost."""
     from cdmpp.model.default_expert import DefaultExpertRegressor
     from cdmpp.model.estimator import CDMPPRegressor
     from cdmpp.model.members import flat_members
 
+    if isinstance(model, DefaultExpertRegressor):
+        model = model.model_
+    return not all(isinstance(m, CDMPPRegressor) for m in flat_members(model))
+
+
+def fine_tunes_for(base, config: CalibrateConfig) -> int:
+    """How many times each CDMPP model of `base` is fine-tuned: `config.fine_tunes` if given,
+    else FINE_TUNES, or FINE_TUNES_BESIDE_OTHERS when `base` also holds other kinds."""
     if config.fine_tunes is not None:
         return config.fine_tunes
-    if isinstance(base, DefaultExpertRegressor):
-        base = base.model_
-    if all(isinstance(m, CDMPPRegressor) for m in flat_members(base)):
-        return FINE_TUNES
-    return FINE_TUNES_BESIDE_OTHERS
+    return FINE_TUNES_BESIDE_OTHERS if holds_other_kinds(base) else FINE_TUNES
 
 
 def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig, vector,
@@ -193,8 +197,6 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     import numpy as np
 
     from cdmpp.model.default_expert import DefaultExpertRegressor
-    from cdmpp.model.estimator import CDMPPRegressor
-    from cdmpp.model.members import flat_members
     from cdmpp.model.scaled import ScaledRegressor
 
     count = fine_tunes_for(base, config)
@@ -206,7 +208,7 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     fine_tune_members([c for found in copies.values() for c in found], programs, latency_s,
                       config, vector, unlabeled=unlabeled, log=log, progress=progress)
     model = _with_copies(base, copies)
-    if not all(isinstance(m, CDMPPRegressor) for m in flat_members(base)):
+    if holds_other_kinds(base):
         model = ScaledRegressor(model, config.neighbors).fit(programs, latency_s)
         if log:
             log(f"the members that are not CDMPP models were kept as they were: the whole "
