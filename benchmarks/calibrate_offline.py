@@ -25,8 +25,8 @@ from pathlib import Path
 
 
 def main() -> int:
-    from cdmpp.calibrate import (RESCALE_NEIGHBORS, CalibrateConfig, fine_tuned_model,
-                                 measured_programs, rescaled_model)
+    from cdmpp.calibrate import (RESCALE_NEIGHBORS, CalibrateConfig, base_device_vector,
+                                 fine_tuned_model, measured_programs, rescaled_model)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a collection directory of one device")
@@ -39,7 +39,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from cdmpp.device import device_vector, load_device
+    from cdmpp.device import load_device
     from cdmpp.model.members import cdmpp_members
     from cdmpp.model.registry import load_estimator, save_estimator
     from cdmpp.model.scaled import unscaled
@@ -51,7 +51,7 @@ def main() -> int:
     tasks = sorted(set(data.programs.task))
     base = unscaled(load_estimator(args.model))
     members = cdmpp_members(base, args.model)
-    vector = device_vector(device) if members[0].model_config_.device_dim else None
+    vector = base_device_vector(members[0], device, args.model)
     if args.rescale:
         model = rescaled_model(args.model, device, vector, data.programs, data.latency_s,
                                args.neighbors)

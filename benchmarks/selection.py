@@ -65,8 +65,8 @@ def run(args) -> list:
 
 
 def _draws(args, data, tasks, names, device) -> list:
-    from cdmpp.calibrate import cdmpp_members, choose_tasks, default_programs
-    from cdmpp.device import device_vector
+    from cdmpp.calibrate import (base_device_vector, cdmpp_members, choose_tasks,
+                                 default_programs)
     from cdmpp.evaluate.metrics import mape, noise_floor_ape
     from cdmpp.model.registry import load_estimator
     from cdmpp.programs.catalog import select
@@ -76,7 +76,7 @@ def _draws(args, data, tasks, names, device) -> list:
     base = load_estimator(args.model)
     members = cdmpp_members(base, args.model)
     first = members[0]
-    vector = device_vector(device) if first.model_config_.device_dim else None
+    vector = base_device_vector(first, device, args.model)
     programs = data.programs.with_device(vector)
     defaults = default_programs([catalog[t] for t in names], device.target).with_device(vector)
     print(f"{len(data.latency_s)} records, {len(names)} catalog tasks with >= "

@@ -184,6 +184,7 @@ def main() -> int:
         rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
         train = labeled(store, samples, rows, with_device=joint)
         weight = np.where(default_program_mask(samples, rows), args.default_weight, 1.0)
+        device = fitted_device(data, device_id)  # its device.json, kept with the models
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
                 "device_id": device_id,
                 "default_weight": args.default_weight, "held_out_sample": len(taken)}
@@ -215,8 +216,7 @@ def main() -> int:
                     seeds[-1].device_vector_ = vector
             default = seeds[0] if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
             save_estimator(default, out / "seeds", trained_on=dict(
-                info, seeds=list(range(args.seed, args.seed + args.seeds))),
-                device=fitted_device(data, device_id))
+                info, seeds=list(range(args.seed, args.seed + args.seeds))), device=device)
         if joint:  # the baselines have no device input: the fitted device's records only
             devices = np.array(samples.column("device_id").to_pylist())
             train = labeled(store, samples, rows[devices[rows] == device_id])
@@ -237,7 +237,7 @@ def main() -> int:
                        out / "ensemble", trained_on=dict(
                            info, members="the three seeds (`seeds`), and XGBoost on latency "
                            f"per work, weighted {weights[0]:g} and {weights[1]:g}"),
-                       device=fitted_device(data, device_id))
+                       device=device)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"models in {out}: {size / 2**20:.1f} MiB")
     return 0

@@ -382,3 +382,26 @@ def test_without_a_model_it_starts_from_the_one_predict_uses_on_this_device(
     info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None,
                      progress=False)
     assert asked == [local_device()] and info["base_model"] == str(base_model)
+
+
+def test_the_base_reads_this_devices_vector_of_its_own_length_only():
+    """A model without a device encoder reads none; one taking vectors of another length than
+    this cdmpp makes is refused by name (calibrate and the offline benchmark alike)."""
+    from types import SimpleNamespace
+
+    from cdmpp.calibrate import base_device_vector
+    from cdmpp.device import device_vector
+    from cdmpp.model.registry import fitted_device
+
+    device = fitted_device("zen5")
+
+    def first(dim):
+        return SimpleNamespace(model_config_=SimpleNamespace(device_dim=dim))
+
+    assert base_device_vector(first(0), device, "plain") is None
+    n = len(device_vector(device))
+    np.testing.assert_array_equal(base_device_vector(first(n), device, "zen5"),
+                                  device_vector(device))
+    with pytest.raises(ValueError, match=f"old-model takes device vectors of length {n + 1}, "
+                                         f"this cdmpp makes {n}"):
+        base_device_vector(first(n + 1), device, "old-model")

@@ -163,6 +163,22 @@ def choose_tasks(estimator, programs, k: int, selection: str, seed: int,
     return chosen
 
 
+def base_device_vector(first, device, name):
+    """The device vector of `device` that `first` (a base's first CDMPP model) reads, or None
+    for a model without a device encoder; a model taking vectors of another length than this
+    cdmpp makes is refused by `name`."""
+    from cdmpp.device import device_vector
+
+    dim = first.model_config_.device_dim
+    if not dim:
+        return None
+    vector = device_vector(device)
+    if len(vector) != dim:
+        raise ValueError(f"{name} takes device vectors of length {dim}, this cdmpp makes "
+                         f"{len(vector)}")
+    return vector
+
+
 def holds_other_kinds(model) -> bool:
     """Whether `model` (under a default-program expert, if any) holds models that are not
     CDMPP models, as the shipped default's XGBoost."""
@@ -269,7 +285,7 @@ def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vec
 def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = True) -> dict:
     """Run the three steps; returns a summary (also saved as the model's `trained_on`).
     `tasks`: the candidate `Task`s (default: the catalog, filtered by `config.ops/networks`)."""
-    from cdmpp.device import device_vector, local_device
+    from cdmpp.device import local_device
     from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
     from cdmpp.model.registry import check_output_dir, for_device, load_estimator, save_estimator
@@ -302,13 +318,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     # the measured device, kept in the data directory: the collector reuses its figures, and
     # a resumed calibration gives the same device vector
     device, _ = claim_measured_device(config.data_dir, config.threads, config.mcpu)
-    if first.model_config_.device_dim:
-        vector = device_vector(device)
-        if len(vector) != first.model_config_.device_dim:
-            raise ValueError(f"{config.model} takes device vectors of length "
-                             f"{first.model_config_.device_dim}, this cdmpp makes {len(vector)}")
-    else:
-        vector = None
+    vector = base_device_vector(first, device, config.model)
     measure = config.tasks != 0 and (config.tasks, config.budget_minutes) != (None, None)
     everything = None  # every candidate's default program: to choose from, and to adapt to
     if measure or config.adapt:
