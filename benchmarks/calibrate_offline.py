@@ -25,8 +25,9 @@ from pathlib import Path
 
 
 def main() -> int:
-    from cdmpp.calibrate import (RESCALE_NEIGHBORS, CalibrateConfig, base_device_vector,
-                                 fine_tuned_model, measured_programs, rescaled_model)
+    from cdmpp.calibrate import (RESCALE_NEIGHBORS, WEIGHT_FOLDS, CalibrateConfig,
+                                 base_device_vector, fine_tuned_model, measured_programs,
+                                 rescaled_model)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a collection directory of one device")
@@ -37,6 +38,8 @@ def main() -> int:
     parser.add_argument("--fine-tunes", type=int, default=None,
                         help="as cdmpp calibrate's (default: as it chooses for the base)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--weight-folds", type=int, default=WEIGHT_FOLDS,
+                        help="as cdmpp calibrate's (0: keep the base's weights)")
     args = parser.parse_args()
 
     from cdmpp.device import load_device
@@ -57,7 +60,8 @@ def main() -> int:
                                args.neighbors)
     else:
         config = CalibrateConfig(out=args.out, model=args.model, seed=args.seed,
-                                 fine_tunes=args.fine_tunes, neighbors=args.neighbors)
+                                 fine_tunes=args.fine_tunes, neighbors=args.neighbors,
+                                 weight_folds=args.weight_folds)
         model = fine_tuned_model(base, members, data.programs.with_device(vector),
                                  data.latency_s, config, vector, progress=False,
                                  log=lambda m: print(m, file=sys.stderr))

@@ -319,6 +319,58 @@ def test_fine_tuning_a_mixed_ensemble_keeps_its_shape_and_rescales_the_other_kin
     assert tuned.members_[1] is tuned.members_[0].members_[0]
 
 
+def test_a_mixed_base_has_its_weights_chosen_on_tasks_each_fold_never_saw(fixture_dbs,
+                                                                         tmp_path, monkeypatch):
+    """With enough tasks, the fine-tuned mixed ensemble's top-level weights are chosen again:
+    every fold fine-tunes copies on the other folds' tasks only, and the weights, on the grid
+    of tenths, go into the model; with `weight_folds=0`, or too few tasks, the base's stay."""
+    import cdmpp.calibrate as cal
+    from cdmpp.baselines.xgb import XGBBaseline
+
+    data = fixture_data(fixture_dbs, tmp_path)
+    # each program its own task: 12 tasks, enough for two folds of two or more
+    programs = replace(data.programs, task=tuple(f"t{i}" for i in range(len(data.latency_s))))
+    y = data.latency_s
+    seeds = [tiny_cdmpp(data, seed) for seed in range(2)]
+    xgb = XGBBaseline(n_estimators=5, nthread=1).fit(programs, y * 2.0)
+    base = EnsembleRegressor.from_fitted([EnsembleRegressor.from_fitted(seeds), xgb],
+                                         [0.3, 0.7])
+    fine_tuned_on = []
+    real = cal.fine_tune_members
+
+    def recording(members, programs, latency_s, *args, **kwargs):
+        fine_tuned_on.append(set(programs.task))
+        return real(members, programs, latency_s, *args, **kwargs)
+
+    monkeypatch.setattr(cal, "fine_tune_members", recording)
+    config = CalibrateConfig(out="unused", epochs=1, neighbors=2, weight_folds=2)
+    logs = []
+    model = cal.fine_tuned_model(base, cal.cdmpp_members(base, "base"), programs, y, config,
+                                 vector=None, log=logs.append, progress=False)
+    every = set(programs.task)
+    folds = fine_tuned_on[:-1]  # then the fine-tuning on everything
+    assert len(folds) == 2 * cal.WEIGHT_SPLITS and fine_tuned_on[-1] == every
+    for split in range(cal.WEIGHT_SPLITS):  # each split's folds hold every task out once
+        fits = folds[2 * split:2 * split + 2]
+        assert all(fit < every for fit in fits)
+        held = [every - fit for fit in fits]
+        assert held[0].isdisjoint(held[1]) and held[0] | held[1] == every
+    weights = model.model_.weights_
+    assert weights.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(weights * 10, np.round(weights * 10), atol=1e-9)
+    chosen = [line for line in logs if line.startswith("weights for this device")]
+    assert chosen and f"{weights[0]:.1f}, {weights[1]:.1f}" in chosen[0]
+
+    for kept in (replace(config, weight_folds=0), replace(config, weight_folds=7)):
+        logs.clear()
+        model = cal.fine_tuned_model(base, cal.cdmpp_members(base, "base"), programs, y,
+                                     kept, vector=None, log=logs.append, progress=False)
+        np.testing.assert_allclose(model.model_.weights_, [0.3, 0.7])
+    assert any("12 tasks measured, 7 folds need 14" in line for line in logs)
+    with pytest.raises(ValueError, match="weight_folds must be 0"):
+        replace(config, weight_folds=1)
+
+
 def test_a_base_holding_other_kinds_is_fine_tuned_once_unless_told():
     """Three fine-tunings of each CDMPP model of a base made of them alone, one beside other
     kinds (which damp a fine-tuning's seed), as many as asked when asked."""

@@ -12,7 +12,9 @@
 3. Fine-tune the base model on them (and on `data`: collections already measured on this
    device, e.g. `cdmpp collect --kernels-of` of the networks to predict), optionally with
    domain adaptation towards the default programs of every catalog task on this device, and
-   save it: `cdmpp predict --model OUT`. With `tasks=0` nothing new is measured.
+   save it: `cdmpp predict --model OUT`. With `tasks=0` nothing new is measured. Members of
+   other kinds (the shipped default's XGBoost) are kept, their weights chosen again for this
+   device on its tasks held out by fold, and the whole rescaled (`fine_tuned_model`).
 
 With `rescale`, step 3 fine-tunes nothing: the base model, asked about this device (zero-shot
 from its device vector when the model never saw it), is multiplied by one factor, the median of
@@ -42,8 +44,10 @@ from cdmpp.model.members import cdmpp_members
 # Measured collection speed on a 2-core VM (docs/measurement.md), to size k from a budget.
 PROGRAMS_PER_HOUR = 3000.0
 # Of a time budget, the share given to measuring (the rest: task selection and fine-tuning,
-# which took 0.2 of 5.3 minutes in a real 10-minute calibration, docs/cross_device.md).
-MEASURE_SHARE = 0.9
+# which took 0.2 of 5.3 minutes in a real 10-minute calibration of the three seeds; the shipped
+# default, whose weights are chosen by fold as well, took 1.07 minutes to fine-tune on the 784
+# programs of one, 0.41 without choosing them; docs/cross_device.md).
+MEASURE_SHARE = 0.85
 # With only a budget, order this many times the estimated task count and measure until the
 # budget is spent. Measured: sized at PROGRAMS_PER_HOUR alone, a 10-minute calibration used
 # 5.3 minutes, because element-wise and pooling tasks have fewer than 8 distinct programs.
@@ -73,6 +77,13 @@ RESCALE_TASKS = 20
 # 9 of 9 networks at batch 1, 4 -> 7 of 7 CNNs at batch 4 (docs/cross_device.md, "A factor per
 # kind of kernel").
 RESCALE_NEIGHBORS = 5
+# A base holding other kinds beside its CDMPP models has its top-level weights chosen again for
+# the device: by this many folds of the measured tasks, over this many splits of them, the
+# MAPEs averaged (one split's choice moved by up to 0.3 with its seed; two chose weights within
+# 0.4 points of MAPE of the test's best on four of five real calibrations; docs/cross_device.md,
+# "The weights chosen per device"). Each fold fine-tunes the CDMPP models once more.
+WEIGHT_FOLDS = 4
+WEIGHT_SPLITS = 2
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,9 @@ class CalibrateConfig:
     rescale: bool = False
     # with rescale: each program's factor from its k nearest measured programs (0: one factor)
     neighbors: int = RESCALE_NEIGHBORS
+    # a base holding other kinds: its top-level weights chosen for this device by this many
+    # folds of the measured tasks (`fold_chosen_weights`); 0 keeps the base's weights
+    weight_folds: int = WEIGHT_FOLDS
 
     def __post_init__(self):
         if self.fine_tunes is not None and self.fine_tunes < 1:
@@ -111,6 +125,9 @@ class CalibrateConfig:
                              f"{self.programs_per_task}")
         if self.neighbors < 0:
             raise ValueError(f"neighbors must be at least 0, not {self.neighbors}")
+        if self.weight_folds < 0 or self.weight_folds == 1:
+            raise ValueError(f"weight_folds must be 0 (keep the weights) or at least 2, not "
+                             f"{self.weight_folds}")
         if self.rescale and self.adapt:
             raise ValueError("rescale trains nothing, so there is nothing to adapt: drop adapt")
 
@@ -205,26 +222,30 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     CDMPP members of `base`, which stay untouched) in the place of each, all copies of one
     ensemble's members in one ensemble, in member order, each copy with its member's weight;
     a single copy is itself. Members of other kinds (the shipped default's XGBoost) cannot
-    be fine-tuned: they stay, and the rebuilt model is then rescaled on the same programs
-    (`ScaledRegressor`, each program's factor from its `config.neighbors` nearest), which
-    takes their predictions to this device. A default-program expert of `base` is kept when
-    it was fitted for this device (its device vector is `vector`), else dropped: its trees
-    know the default programs of the device it was fitted on, not this one."""
+    be fine-tuned: they stay, the top-level weights are chosen again for this device
+    (`fold_chosen_weights`, unless `config.weight_folds` is 0), and the rebuilt model is
+    rescaled on the same programs (`ScaledRegressor`, each program's factor from its
+    `config.neighbors` nearest), which takes their predictions to this device. A
+    default-program expert of `base` is kept when it was fitted for this device (its device
+    vector is `vector`), else dropped: its trees know the default programs of the device it
+    was fitted on, not this one."""
     import numpy as np
 
     from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.ensemble import EnsembleRegressor
     from cdmpp.model.scaled import ScaledRegressor
 
-    count = fine_tunes_for(base, config)
     expert = None
     if isinstance(base, DefaultExpertRegressor):
         base, expert = base.model_, base
-    copies = {id(m): [copy.deepcopy(m) for _ in range(count)] for m in members}
-    # by id: a model held twice is fine-tuned once
-    fine_tune_members([c for found in copies.values() for c in found], programs, latency_s,
-                      config, vector, unlabeled=unlabeled, log=log, progress=progress)
-    model = _with_copies(base, copies)
-    if holds_other_kinds(base):
+    others = holds_other_kinds(base)
+    weights = fold_chosen_weights(base, members, programs, latency_s, config, vector,
+                                  unlabeled=unlabeled, log=log) if others else None
+    model = _fine_tuned(base, members, programs, latency_s, config, vector, unlabeled, log,
+                        progress)
+    if weights is not None:
+        model = EnsembleRegressor.from_fitted(model.members_, weights)
+    if others:
         model = ScaledRegressor(model, config.neighbors).fit(programs, latency_s)
         if log:
             log(f"the members that are not CDMPP models were kept as they were: the whole "
@@ -241,6 +262,69 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
         log("the base model's default-program expert was fitted for another device: the "
             "calibrated model does without it")
     return model
+
+
+def _fine_tuned(base, members, programs, latency_s, config: CalibrateConfig, vector,
+                unlabeled=None, log=None, progress: bool = True):
+    """`base` rebuilt with `fine_tunes_for` fine-tuned copies of each of `members`."""
+    count = fine_tunes_for(base, config)
+    copies = {id(m): [copy.deepcopy(m) for _ in range(count)] for m in members}
+    # by id: a model held twice is fine-tuned once
+    fine_tune_members([c for found in copies.values() for c in found], programs, latency_s,
+                      config, vector, unlabeled=unlabeled, log=log, progress=progress)
+    return _with_copies(base, copies)
+
+
+def fold_chosen_weights(base, members, programs, latency_s, config: CalibrateConfig, vector,
+                        unlabeled=None, log=None):
+    """The weights of the top-level members of `base` (an ensemble holding other kinds) for
+    this device, or None to keep its own (`config.weight_folds` 0, or fewer than two tasks per
+    fold measured). The measured tasks are dealt to `config.weight_folds` folds, in
+    WEIGHT_SPLITS shuffles; for each fold `base` is fine-tuned as the calibration fine-tunes it,
+    on the other folds, and predicts the fold's programs, rescaled from the others as the
+    calibrated model is rescaled; the weights with the lowest MAPE of those predictions, over
+    a grid of tenths, win (`model.fold_weights.choose_fold_weights`)."""
+    import numpy as np
+
+    from cdmpp.model.fold_weights import FoldPredictions, choose_fold_weights, task_folds
+
+    log = log or (lambda msg: None)
+    folds = config.weight_folds
+    tasks = programs.task
+    n_tasks = 0 if tasks is None else len(set(tasks))
+    if not folds or n_tasks < 2 * folds:
+        if folds:
+            log(f"kept the base model's weights: {n_tasks} tasks measured, {folds} folds need "
+                f"{2 * folds} to choose them")
+        return None
+    y = np.asarray(latency_s, dtype=np.float64)
+    splits = []
+    for split in range(WEIGHT_SPLITS):
+        fold_of = task_folds(tasks, folds, config.seed + split)
+        found = []
+        for k in range(folds):
+            log(f"choosing the weights for this device: split {split + 1} of {WEIGHT_SPLITS}, "
+                f"fold {k + 1} of {folds}")
+            fit, held = np.flatnonzero(fold_of != k), np.flatnonzero(fold_of == k)
+            model = _fine_tuned(base, members, programs.subset(fit), y[fit], config, vector,
+                                unlabeled, progress=False)
+            found.append(FoldPredictions(*_member_outputs(model, programs.subset(fit)), y[fit],
+                                         *_member_outputs(model, programs.subset(held)),
+                                         y[held]))
+        splits.append(found)
+    weights, error = choose_fold_weights(splits, config.neighbors)
+    log(f"weights for this device: {', '.join(f'{w:.1f}' for w in weights)} (the base's "
+        f"{', '.join(f'{w:.1f}' for w in base.weights_)}): MAPE {100 * error:.1f}% on the tasks "
+        f"each fold held out")
+    return weights
+
+
+def _member_outputs(model, programs) -> tuple:
+    """(each top-level member's predictions as rows, the placing embeddings) of `programs`."""
+    import numpy as np
+
+    predictions, embeddings = model.member_predictions(programs, embed=True)
+    return np.asarray(predictions, dtype=np.float64), np.asarray(embeddings, dtype=np.float64)
 
 
 def _with_copies(model, copies: dict):
@@ -361,6 +445,9 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
             "adapt": config.adapt, "fine_tunes": 0 if config.rescale else fine_tunes_for(base, config),
+            # a base's top-level weights, chosen for this device when it holds other kinds
+            **({"weights": _top_weights(model)}
+               if not config.rescale and holds_other_kinds(base) else {}),
             # a rescale, or a fine-tuning that rescaled the members it could not fine-tune
             **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_,
                 "rescale_neighbors": config.neighbors}
@@ -372,6 +459,16 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         f"chosen now, {len(earlier)} more measured by earlier runs in {config.data_dir}, "
         f"{n_extra} programs from --data) in {info['minutes']} min")
     return info
+
+
+def _top_weights(model) -> list[float]:
+    """The weights of the ensemble under any rescale and default-program expert of `model`."""
+    from cdmpp.model.default_expert import DefaultExpertRegressor
+    from cdmpp.model.scaled import unscaled
+
+    if isinstance(model, DefaultExpertRegressor):
+        model = model.model_
+    return [float(w) for w in unscaled(model).weights_]
 
 
 def rescaled_model(spec, device, vector, programs, latency_s, neighbors: int = 0):

@@ -227,9 +227,10 @@ def test_calibrate_passes_data_and_refuses_to_measure_nothing(tmp_path, capsys, 
     assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a", "--data", "b"]) == 0
     assert seen[0].data == ("a", "b") and seen[0].tasks == 0
     assert seen[0].fine_tunes is None  # calibrate chooses by the base (`fine_tunes_for`)
+    assert seen[0].weight_folds == cdmpp.calibrate.WEIGHT_FOLDS
     assert main(["calibrate", "--out", "m", "--tasks", "0", "--data", "a",
-                 "--fine-tunes", "1"]) == 0
-    assert seen[1].fine_tunes == 1
+                 "--fine-tunes", "1", "--weight-folds", "0"]) == 0
+    assert seen[1].fine_tunes == 1 and seen[1].weight_folds == 0
     assert main(["calibrate", "--out", "m", "--tasks", "3", "--selection", "random",
                  "--adapt", "mmd", "--adapt-weight", "0.3", "--budget-minutes", "2"]) == 0
     assert (seen[2].tasks, seen[2].selection, seen[2].adapt) == (3, "random", "mmd")

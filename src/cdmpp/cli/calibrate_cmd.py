@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from cdmpp.calibrate import (FINE_TUNES, FINE_TUNES_BESIDE_OTHERS, RESCALE_NEIGHBORS,
-                             RESCALE_TASKS)
+                             RESCALE_TASKS, WEIGHT_FOLDS)
 from cdmpp.cli import csv_list, non_negative_int, positive_float, positive_int
 
 
@@ -66,6 +66,11 @@ def add_parser(subparsers) -> None:
                         f"keep all, averaged (default: {FINE_TUNES}; "
                         f"{FINE_TUNES_BESIDE_OTHERS} for a base that also holds other kinds, "
                         "as the shipped default's XGBoost, which damps a fine-tuning's seed)")
+    p.add_argument("--weight-folds", type=non_negative_int, default=WEIGHT_FOLDS, metavar="F",
+                   help="a base that also holds other kinds (the shipped default's XGBoost): "
+                        "choose its members' weights for this device by F folds of the measured "
+                        "tasks, each fine-tuned on the others (0: keep the base's weights; "
+                        "default: %(default)s)")
     p.add_argument("--data", action="append", default=[], metavar="DIR",
                    help="also fine-tune on every program of this collection, measured on this "
                         "device, e.g. `cdmpp collect --kernels-of NET` of the networks you "
@@ -87,6 +92,6 @@ def run(args) -> int:
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
         mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
         data=tuple(args.data), fine_tunes=args.fine_tunes, rescale=args.rescale,
-        neighbors=args.neighbors))
+        neighbors=args.neighbors, weight_folds=args.weight_folds))
     print(json.dumps(info, indent=1))
     return 0

@@ -41,8 +41,6 @@ def choose_weights(predictions, y, steps: int = 20) -> np.ndarray:
     carve of the training side: weights chosen on the members' training data favour the member
     that fits it closest. Every grid point is tried (steps + 1 for two members); ties go to the
     most even weights."""
-    from itertools import combinations
-
     from cdmpp.evaluate.metrics import mape
 
     y = np.asarray(y, dtype=np.float64)
@@ -54,17 +52,23 @@ def choose_weights(predictions, y, steps: int = 20) -> np.ndarray:
         logs = np.log(np.asarray(predictions, dtype=np.float64))
     if not np.all(np.isfinite(logs)) or np.any(y <= 0):
         raise ValueError("predictions and y must be positive and finite (seconds)")
-    n = len(logs)
     best, best_key = None, None
-    # each composition of `steps` into n parts, as bars between stars
-    for bars in combinations(range(steps + n - 1), n - 1):
-        parts = np.diff([-1, *bars, steps + n - 1]) - 1
-        w = parts / steps
+    for w in weight_grid(len(logs), steps):
         err = mape(y, np.exp(w @ logs))
         key = (round(err, 12), float(np.ptp(w)))
         if best_key is None or key < best_key:
             best, best_key = w, key
     return best
+
+
+def weight_grid(n: int, steps: int):
+    """Every weight vector of `n` members summing to 1 in multiples of 1/steps (steps + 1 of
+    them for two members)."""
+    from itertools import combinations
+
+    # each composition of `steps` into n parts, as bars between stars
+    for bars in combinations(range(steps + n - 1), n - 1):
+        yield (np.diff([-1, *bars, steps + n - 1]) - 1) / steps
 
 
 class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted and score
