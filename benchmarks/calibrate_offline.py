@@ -10,9 +10,10 @@
 takes a collection of any device (e.g. the 10-minute calibrations data/README.md lists, a
 `cdmpp calibrate` run's `<out>.data` on the Zen 3 or Intel Xeon VM) and fits `--model` to that
 device exactly as `cdmpp calibrate` does on it: each CDMPP member fine-tuned `--fine-tunes`
-times (`calibrate.fine_tunes_for`), the other kinds kept and the whole rescaled
-(`calibrate.fine_tuned_model`), or with `--rescale` one factor, or each program's from its
-`--neighbors` nearest (`calibrate.rescaled_model`). The model is saved with that device's device.json and id and
+times (`calibrate.fine_tunes_for`), the other kinds kept, the top-level weights chosen by
+`--weight-folds` folds of the tasks and the whole rescaled (`calibrate.fine_tuned_model`), or
+with `--rescale` one factor, or each program's from its `--neighbors` nearest
+(`calibrate.rescaled_model`). The model is saved with that device's device.json and id and
 the tasks it was fitted on, so benchmarks/calibration.py scores it on the other tasks and
 benchmarks/e2e.py judges it on the device's stored network totals.
 """
