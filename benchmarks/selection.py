@@ -2,6 +2,7 @@
 
     python benchmarks/selection.py --data work/cal/k10.data --data work/cal/r10.data ... \
         [--model default] [--draws 40] [--k 5,10,20,34] [--records-per-task 4] [--fine-tunes R]
+        [--weight-folds F]
 
 `--data`: collection directories of ONE device that the base model was not trained on (e.g. the
 data directories `cdmpp calibrate --threads 1` leaves beside its models: data/README.md). Each
@@ -48,13 +49,13 @@ def _load(data_dirs, store_dir: Path, per_task: int):
 
 
 def _fine_tuned(base, members, model_name: str, programs, y, seed: int, vector,
-                fine_tunes: int | None):
+                fine_tunes: int | None, weight_folds: int):
     """The base model fine-tuned as `cdmpp calibrate` fine-tunes it (same settings; copies of
     its `members`, which stay as they are for the next draw)."""
     from cdmpp.calibrate import CalibrateConfig, fine_tuned_model
 
     config = CalibrateConfig(out="selection", model=model_name, seed=seed,
-                             fine_tunes=fine_tunes)
+                             fine_tunes=fine_tunes, weight_folds=weight_folds)
     return fine_tuned_model(base, members, programs, y, config, vector, progress=False)
 
 
@@ -97,7 +98,8 @@ def _draws(args, data, tasks, names, device) -> list:
                 cal = np.concatenate([np.flatnonzero(tasks == t)[: args.records_per_task]
                                       for t in chosen])
                 model = _fine_tuned(base, members, args.model, programs.subset(cal),
-                                    data.latency_s[cal], draw, vector, args.fine_tunes)
+                                    data.latency_s[cal], draw, vector, args.fine_tunes,
+                                    args.weight_folds)
                 row[f"{selection}-{k}"] = mape(y, model.predict(programs.subset(test)))
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
@@ -130,7 +132,7 @@ def report(rows, ks) -> None:
 
 
 def main() -> int:
-    from cdmpp.calibrate import FINE_TUNES, FINE_TUNES_BESIDE_OTHERS
+    from cdmpp.calibrate import FINE_TUNES, FINE_TUNES_BESIDE_OTHERS, WEIGHT_FOLDS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", action="append", required=True)
@@ -144,6 +146,10 @@ def main() -> int:
                              f"{FINE_TUNES}, or {FINE_TUNES_BESIDE_OTHERS} for a base that also "
                              "holds other kinds; the figures in docs/cross_device.md before "
                              "2026-11-25 used 1, those of 2026-12-05 3)")
+    parser.add_argument("--weight-folds", type=int, default=WEIGHT_FOLDS, metavar="F",
+                        help="as calibrate's: a base that also holds other kinds gets its "
+                             "weights chosen by F folds of the chosen tasks (0: kept; the "
+                             "figures before 2026-12-05 02:00 UTC kept them)")
     parser.add_argument("--json", help="also write every draw here (JSON lines)")
     args = parser.parse_args()
     rows = run(args)
