@@ -4,7 +4,7 @@ A calibration fine-tunes the CDMPP models of a base but cannot fine-tune its oth
 shipped default's XGBoost); the rescale that follows carries those to the device, each program
 by the factor of its nearest measured programs. How much each member should then count differs
 by device: over the five real calibrations kept in data/, the test MAPE was lowest with the
-CDMPP part at 0.3 on Zen 5 and at 0.6-1.0 on Zen 3 (40.9% at the shipped 0.3, 26-31% at
+CDMPP part at 0.3 on Zen 5 and at 0.6-1.0 on Zen 3 (KMeans: 40.9% at the shipped 0.3, 26-31% at
 0.6-1.0; docs/cross_device.md, "The weights chosen per device").
 
 The weights are chosen as `choose_weights` chooses them, but on predictions of tasks the
