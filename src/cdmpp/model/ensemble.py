@@ -52,13 +52,18 @@ def choose_weights(predictions, y, steps: int = 20) -> np.ndarray:
         logs = np.log(np.asarray(predictions, dtype=np.float64))
     if not np.all(np.isfinite(logs)) or np.any(y <= 0):
         raise ValueError("predictions and y must be positive and finite (seconds)")
+    return best_on_grid(len(logs), steps, lambda w: mape(y, np.exp(w @ logs)))[0]
+
+
+def best_on_grid(n: int, steps: int, error) -> tuple[np.ndarray, float]:
+    """(weights, error(weights)): of `weight_grid(n, steps)`, the weights with the lowest
+    `error`; ties (to 12 digits) go to the most even weights, then to the first found."""
     best, best_key = None, None
-    for w in weight_grid(len(logs), steps):
-        err = mape(y, np.exp(w @ logs))
-        key = (round(err, 12), float(np.ptp(w)))
+    for w in weight_grid(n, steps):
+        key = (round(float(error(w)), 12), float(np.ptp(w)))
         if best_key is None or key < best_key:
             best, best_key = w, key
-    return best
+    return best, best_key[0]
 
 
 def weight_grid(n: int, steps: int):

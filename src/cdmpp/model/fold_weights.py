@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cdmpp.model.ensemble import weight_grid
+from cdmpp.model.ensemble import best_on_grid
 from cdmpp.model.scaled import Anchors, median_ratio
 
 
@@ -72,14 +72,11 @@ def choose_fold_weights(splits, neighbors: int, steps: int = 10) -> tuple[np.nda
     n = {len(f.fit_predicted_s) for folds in splits for f in folds}
     if len(n) != 1:
         raise ValueError(f"every fold must hold the same members' predictions, got {sorted(n)}")
-    best, best_key = None, None
-    for w in weight_grid(n.pop(), steps):
-        errors = []
-        for folds in splits:
-            y = np.concatenate([f.held_latency_s for f in folds])
-            p = np.concatenate([held_out_rescaled(w, f, neighbors) for f in folds])
-            errors.append(mape(y, p))
-        key = (round(float(np.mean(errors)), 12), float(np.ptp(w)))
-        if best_key is None or key < best_key:
-            best, best_key = w, key
-    return best, best_key[0]
+    held = [np.concatenate([f.held_latency_s for f in folds]) for folds in splits]
+
+    def error(w):  # the held-out MAPE, averaged over the splits
+        return np.mean([mape(y, np.concatenate([held_out_rescaled(w, f, neighbors)
+                                                for f in folds]))
+                        for y, folds in zip(held, splits)])
+
+    return best_on_grid(n.pop(), steps, error)
