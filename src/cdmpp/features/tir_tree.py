@@ -49,6 +49,9 @@ class TreeBuild:
     leaves: list = field(default_factory=list)  # node ids of STORE nodes, pre-order
     leaf_buffers: list = field(default_factory=list)  # (handle, name) of each leaf's buffer
     leaf_loops: list = field(default_factory=list)  # LeafLoops of each leaf
+    # each leaf's BufferStore and its enclosing For nodes (outer first), unit loops dropped:
+    # references only, read by `loop_view` (nothing is computed for them during the walk)
+    leaf_nests: list = field(default_factory=list)
 
 
 class _Types:
@@ -136,6 +139,7 @@ class _Walker:
         self.out = TreeBuild()
         self.unit_vars: set = set()
         self.loops: list = []  # (kind, extent | None, auto_unroll | None) of enclosing For nodes
+        self.fors: list = []  # the enclosing For nodes themselves
 
     def add(self, kind: int, parent: int, extent: int = 1) -> int:
         out = self.out
@@ -222,8 +226,10 @@ class _Walker:
                 unroll = _int_or_none(ann[AUTO_UNROLL], ty)
         node = self.add(FOR_SERIAL + kind, parent, -1 if ext is None else ext)
         self.loops.append((kind, ext, unroll))
+        self.fors.append(s)
         self.visit(s.body, node)
         self.loops.pop()
+        self.fors.pop()
         self.prune(node, wrappers)
 
     def store(self, s, parent: int) -> None:
@@ -243,6 +249,7 @@ class _Walker:
             if unroll is not None:
                 info.auto_unroll = unroll
         out.leaf_loops.append(info)
+        out.leaf_nests.append((s, tuple(self.fors)))
 
 
 def build_tree(func) -> TreeBuild:
