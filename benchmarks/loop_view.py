@@ -54,6 +54,8 @@ def fit_predict(programs, y, extra, test_programs, test_extra, seed: int) -> np.
 
     from cdmpp.baselines import XGB_PER_WORK_SETTINGS, XGBBaseline, program_vectors
 
+    # XGBBaseline reads program vectors from a ProgramSet only: its booster settings and
+    # target are used here on the vectors with the columns appended
     model = XGBBaseline(**XGB_PER_WORK_SETTINGS, per_work=True, seed=seed)
 
     def inputs(p, e):

@@ -99,7 +99,8 @@ def _auto_unroll_steps(fors) -> list:
     for f in fors:
         ann = f.annotations
         if ann and _AUTO_UNROLL in ann:
-            step = int(ann[_AUTO_UNROLL])
+            value = ann[_AUTO_UNROLL]  # a Python int, or an IntImm
+            step = int(getattr(value, "value", value))
         steps.append(step)
     return steps
 
