@@ -43,6 +43,7 @@ COLUMNS = (
     "loads",                 # loads in the stored value
 )  # fmt: skip
 N_COLUMNS = len(COLUMNS)
+_COL = {name: i for i, name in enumerate(COLUMNS)}
 SHARED = ("llvm_vectorizable", "loop_vectorized", "loop_serial")  # weighted shares, per program
 N_PROGRAM = N_COLUMNS + len(SHARED)
 
@@ -133,20 +134,27 @@ def leaf_row(store, fors) -> np.ndarray:
         left = f
         break
     row = np.zeros(N_COLUMNS)
-    row[8], row[9], row[11] = math.log2(unrolled), math.log2(tvm_unrolled), len(loads)
+    row[_COL["unrolled_log2"]] = math.log2(unrolled)
+    row[_COL["tvm_unrolled_log2"]] = math.log2(tvm_unrolled)
+    row[_COL["loads"]] = len(loads)
     if left is None:
         return row
     var = left.loop_var
     store_stride = _stride(store.buffer, store.indices, var)
     strides = [_stride(load.source, load.indices, var) for load in loads]
-    row[0] = math.log2(max(_const(left.extent) or 1, 1))
     kind = int(left.kind)
-    row[1], row[2], row[3] = kind == serial, kind == parallel, kind == vectorized
-    row[4] = -1.0 if store_stride is None else math.log2(1 + abs(store_stride))
-    row[5] = sum(s == 0 for s in strides)
-    row[6] = sum(s in (1, -1) for s in strides)
-    row[7] = len(strides) - row[5] - row[6]
-    row[10] = bool(row[1]) and store_stride in (1, -1) and not row[7]
+    stride_0 = sum(s == 0 for s in strides)
+    unit = sum(s in (1, -1) for s in strides)
+    other = len(strides) - stride_0 - unit
+    row[_COL["loop_extent_log2"]] = math.log2(max(_const(left.extent) or 1, 1))
+    row[_COL["loop_serial"]] = kind == serial
+    row[_COL["loop_parallel"]] = kind == parallel
+    row[_COL["loop_vectorized"]] = kind == vectorized
+    row[_COL["store_stride_log2"]] = (-1.0 if store_stride is None
+                                      else math.log2(1 + abs(store_stride)))
+    row[_COL["loads_stride_0"]], row[_COL["loads_unit_stride"]] = stride_0, unit
+    row[_COL["loads_other_stride"]] = other
+    row[_COL["llvm_vectorizable"]] = kind == serial and store_stride in (1, -1) and not other
     return row
 
 
@@ -170,7 +178,7 @@ def program_vector(rows: np.ndarray, iterations: np.ndarray) -> np.ndarray:
         return out
     out[:N_COLUMNS] = rows[int(np.argmax(iterations))]
     weights = iterations / iterations.sum()
-    out[N_COLUMNS:] = [weights @ rows[:, COLUMNS.index(name)] for name in SHARED]
+    out[N_COLUMNS:] = [weights @ rows[:, _COL[name]] for name in SHARED]
     return out
 
 
