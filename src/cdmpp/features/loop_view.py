@@ -56,11 +56,13 @@ def _const(expr) -> int | None:
 
 
 def _loads(expr) -> list:
-    """The buffer loads in `expr` (their indices included)."""
+    """The buffer loads in `expr` (their indices included), in no particular order."""
+    from tvm import ir
+
     found, stack = [], [expr]
     while stack:
         e = stack.pop()
-        if hasattr(e, "source") and hasattr(e, "indices"):  # a buffer load
+        if isinstance(e, ir.TensorLoad):  # a buffer load, as `tir_tree` knows it
             found.append(e)
             stack.extend(e.indices)
             continue
