@@ -47,8 +47,6 @@ _COL = {name: i for i, name in enumerate(COLUMNS)}
 SHARED = ("llvm_vectorizable", "loop_vectorized", "loop_serial")  # weighted shares, per program
 N_PROGRAM = N_COLUMNS + len(SHARED)
 
-_AUTO_UNROLL = "pragma_auto_unroll_max_step"
-
 
 def _const(expr) -> int | None:
     value = getattr(expr, "value", None)
@@ -96,20 +94,20 @@ def _stride(buffer, indices, var) -> int | None:
     return stride
 
 
-def _auto_unroll_steps(fors) -> list:
-    """The auto-unroll step in effect at each loop (outer first; 0: none)."""
+def _auto_unroll_steps(loops) -> list:
+    """The auto-unroll step in effect at each loop (outer first; 0: none): the nearest
+    `pragma_auto_unroll_max_step` at or above it, as `tir_tree` parsed it."""
     steps, step = [], 0
-    for f in fors:
-        ann = f.annotations
-        if ann and _AUTO_UNROLL in ann:
-            value = ann[_AUTO_UNROLL]  # a Python int, or an IntImm
-            step = int(getattr(value, "value", value))
+    for _, _, unroll, _ in loops:
+        if unroll is not None:
+            step = unroll
         steps.append(step)
     return steps
 
 
-def leaf_row(store, fors) -> np.ndarray:
-    """(N_COLUMNS,) of one store under its enclosing loops `fors` (outer first)."""
+def leaf_row(store, loops) -> np.ndarray:
+    """(N_COLUMNS,) of one store under its enclosing `loops` (outer first), as
+    `tir_tree.TreeBuild.leaf_nests` holds them."""
     from tvm import tirx
 
     serial, parallel = int(tirx.ForKind.SERIAL), int(tirx.ForKind.PARALLEL)
@@ -117,8 +115,7 @@ def leaf_row(store, fors) -> np.ndarray:
     loads = _loads(store.value)
     body = 2 + 2 * len(loads)
     unrolled, tvm_unrolled, tvm_on, left = 1, 1, True, None
-    for f, step in zip(reversed(fors), reversed(_auto_unroll_steps(fors))):
-        kind, ext = int(f.kind), _const(f.extent)
+    for (kind, ext, _, f), step in zip(reversed(loops), reversed(_auto_unroll_steps(loops))):
         if ext is None or kind not in (serial, unroll):
             left = f  # parallel, vectorized, thread-bound, or symbolic: it stays
             break
@@ -162,14 +159,14 @@ def leaf_row(store, fors) -> np.ndarray:
 
 def leaf_rows(tree) -> np.ndarray:
     """(leaves, N_COLUMNS) float64 for the store leaves of a `tir_tree.TreeBuild`, in order."""
-    rows = [leaf_row(store, fors) for store, fors in tree.leaf_nests]
+    rows = [leaf_row(store, loops) for store, loops in tree.leaf_nests]
     return np.array(rows, dtype=np.float64).reshape(len(rows), N_COLUMNS)
 
 
 def leaf_iterations(tree) -> np.ndarray:
     """(leaves,) float64: how many times each store runs (symbolic extents count as 1)."""
-    return np.array([math.prod(_const(f.extent) or 1 for f in fors)
-                     for _, fors in tree.leaf_nests], dtype=np.float64)
+    return np.array([math.prod(ext or 1 for _, ext, _, _ in loops)
+                     for _, loops in tree.leaf_nests], dtype=np.float64)
 
 
 def program_vector(rows: np.ndarray, iterations: np.ndarray) -> np.ndarray:

@@ -49,8 +49,8 @@ class TreeBuild:
     leaves: list = field(default_factory=list)  # node ids of STORE nodes, pre-order
     leaf_buffers: list = field(default_factory=list)  # (handle, name) of each leaf's buffer
     leaf_loops: list = field(default_factory=list)  # LeafLoops of each leaf
-    # each leaf's BufferStore and its enclosing For nodes (outer first), unit loops dropped:
-    # references only, read by `loop_view` (nothing is computed for them during the walk)
+    # each leaf's BufferStore and its enclosing loops (outer first, unit loops dropped) as the
+    # walk parsed them, (kind, extent | None, auto_unroll | None, For node): read by `loop_view`
     leaf_nests: list = field(default_factory=list)
 
 
@@ -138,8 +138,8 @@ class _Walker:
         self.ty = _types()
         self.out = TreeBuild()
         self.unit_vars: set = set()
-        self.loops: list = []  # (kind, extent | None, auto_unroll | None) of enclosing For nodes
-        self.fors: list = []  # the enclosing For nodes themselves
+        # (kind, extent | None, auto_unroll | None, the For node) of the enclosing loops
+        self.loops: list = []
 
     def add(self, kind: int, parent: int, extent: int = 1) -> int:
         out = self.out
@@ -225,11 +225,9 @@ class _Walker:
             if AUTO_UNROLL in ann:
                 unroll = _int_or_none(ann[AUTO_UNROLL], ty)
         node = self.add(FOR_SERIAL + kind, parent, -1 if ext is None else ext)
-        self.loops.append((kind, ext, unroll))
-        self.fors.append(s)
+        self.loops.append((kind, ext, unroll, s))
         self.visit(s.body, node)
         self.loops.pop()
-        self.fors.pop()
         self.prune(node, wrappers)
 
     def store(self, s, parent: int) -> None:
@@ -242,14 +240,14 @@ class _Walker:
         buf = s.buffer
         out.leaf_buffers.append((buf.__chandle__(), str(buf.name)))
         info = LeafLoops(n_loops=len(self.loops))
-        for kind, ext, unroll in self.loops:
+        for kind, ext, unroll, _ in self.loops:
             if info.prod is not None:
                 info.prod = None if ext is None else info.prod * ext
             info.kinds.setdefault(kind, []).append(ext)
             if unroll is not None:
                 info.auto_unroll = unroll
         out.leaf_loops.append(info)
-        out.leaf_nests.append((s, tuple(self.fors)))
+        out.leaf_nests.append((s, tuple(self.loops)))
 
 
 def build_tree(func) -> TreeBuild:
