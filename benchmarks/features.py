@@ -62,8 +62,8 @@ def extraction(data: Path) -> dict:
 def stages(data: Path, names=("conv3x3_1x64x56x56_k64s1", "dwconv3x3_1x144x56x56_s1",
                                 "dense_128x768x768")) -> dict:
     """CPU ms per program in each stage of `extract` (docs/features.md): TVM's per-store rows,
-    our structural passes, the tree walk, the row-to-leaf proof."""
-    from cdmpp.features import extract, tir_tree, tvm_rows
+    our structural passes, the tree walk, the row-to-leaf proof, the loop view's columns."""
+    from cdmpp.features import extract, loop_view, tir_tree, tvm_rows
     from cdmpp.features.matching import match_problems
     from cdmpp.features.programs import measured_program
     from cdmpp.measure.database import load_database
@@ -75,7 +75,7 @@ def stages(data: Path, names=("conv3x3_1x64x56x56_k64s1", "dwconv3x3_1x144x56x56
         programs = [measured_program(rec, workload) for rec in db.records]
         target = db.records[0].target
         extract(programs[0], target)  # warm up
-        spent = dict.fromkeys(("tvm_rows", "passes", "tree", "match"), 0.0)
+        spent = dict.fromkeys(("tvm_rows", "passes", "tree", "match", "loop_view"), 0.0)
         for program in programs:
             t0 = time.process_time()
             sch, mod = tvm_rows.as_schedule_and_func(program)
@@ -87,7 +87,9 @@ def stages(data: Path, names=("conv3x3_1x64x56x56_k64s1", "dwconv3x3_1x144x56x56
             t3 = time.process_time()
             match_problems(tree, rows)
             t4 = time.process_time()
-            for stage, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            loop_view.leaf_rows(tree)
+            t5 = time.process_time()
+            for stage, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
                 spent[stage] += dt
         out[name] = {stage: round(1e3 * v / len(programs), 2) for stage, v in spent.items()}
         out[name]["tvm_share"] = round(spent["tvm_rows"] / sum(spent.values()), 3)

@@ -184,7 +184,9 @@ def main() -> int:
         rows = np.array([i for i, (db, r) in enumerate(ids) if (db, r) not in taken])
         train = labeled(store, samples, rows, with_device=joint)
         weight = np.where(default_program_mask(samples, rows), args.default_weight, 1.0)
-        device = fitted_device(data, device_id)  # its device.json, kept with the models
+        # its device.json, kept with the models: that of the last collection (the project's
+        # own dataset, as for the sample cut), whose bandwidth and peak the collections differ in
+        device = fitted_device(data[::-1], device_id)
         info = {"databases": [str(a) for a in args.data], "records": int(len(rows)),
                 "device_id": device_id,
                 "default_weight": args.default_weight, "held_out_sample": len(taken)}

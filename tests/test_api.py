@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import cdmpp
+from cdmpp.features import N_LEAF_FEATURES
 
 PER_KERNEL_S = 1e-4
 
@@ -18,7 +19,7 @@ class FixedEstimator:
     """Predicts PER_KERNEL_S for every program (no trained model needed)."""
 
     def predict(self, programs):
-        assert all(f.ndim == 2 and f.shape[1] == 164 for f in programs.leaf_features)
+        assert all(f.ndim == 2 and f.shape[1] == N_LEAF_FEATURES for f in programs.leaf_features)
         return np.full(len(programs), PER_KERNEL_S)
 
 

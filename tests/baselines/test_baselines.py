@@ -285,3 +285,19 @@ def test_xgb_with_the_heaviest_store_per_work_carries_to_larger_shapes(tmp_path)
     np.testing.assert_array_equal(loaded.predict(test), relative.predict(test))
     with pytest.raises(ValueError, match="needs heaviest=True"):
         program_vectors(test, heaviest_per_work=True)
+
+
+def test_xgb_on_the_first_leaf_columns_is_xgb_on_the_leaves_cut_to_them(tmp_path):
+    # leaf_columns=N_TVM_FEATURES: TenSet's XGBoost, TVM's columns without the loop view
+    train, y = synthetic(300, seed=6)
+    wide = ProgramSet(tuple(np.hstack([f, np.ones((len(f), 3), np.float32)])
+                            for f in train.leaf_features), train.leaf_pos)
+    cut = XGBBaseline(**FAST["xgb"], leaf_columns=N_FEATURES).fit(wide, y)
+    plain = XGBBaseline(**FAST["xgb"]).fit(wide.first_columns(N_FEATURES), y)
+    assert cut.n_features_in_ == N_FEATURES + 1
+    np.testing.assert_array_equal(cut.predict(wide), plain.predict(train))
+    loaded = XGBBaseline.load(cut.save(tmp_path / "m"))
+    assert loaded.leaf_columns == N_FEATURES
+    np.testing.assert_array_equal(loaded.predict(wide), cut.predict(wide))
+    with pytest.raises(ValueError, match="columns"):
+        train.first_columns(N_FEATURES + 1)

@@ -52,9 +52,9 @@ def test_a_device_without_device_json_is_a_clear_error(fixture_dbs, tmp_path):
 
 def test_work_sums_flops_and_bytes_back_from_slog():
     from cdmpp.dataset.programs import ProgramSet
-    from cdmpp.features.matching import COL_ACCESS, N_LEAF_FEATURES
+    from cdmpp.features.matching import COL_ACCESS, N_TVM_FEATURES
 
-    leaf = np.zeros((2, N_LEAF_FEATURES), dtype=np.float32)
+    leaf = np.zeros((2, N_TVM_FEATURES), dtype=np.float32)
     leaf[0, 0] = np.log2(1 + 1000)  # 1000 float multiply-adds
     leaf[1, 1] = np.log2(1 + 24)  # 24 float adds
     leaf[1, COL_ACCESS + 3] = np.log2(1 + 4096)  # buffer 0 of leaf 1: 4096 bytes

@@ -9,6 +9,8 @@ import functools
 import numpy as np
 import pytest
 
+from cdmpp.features import N_LEAF_FEATURES
+
 
 class StubEstimator:
     """Predicts a fixed latency per program: `latency_s[kernel name]` (the ProgramSet's task
@@ -21,7 +23,7 @@ class StubEstimator:
 
     def predict(self, programs):
         self.calls += 1
-        assert all(f.ndim == 2 and f.shape[1] == 164 for f in programs.leaf_features)
+        assert all(f.ndim == 2 and f.shape[1] == N_LEAF_FEATURES for f in programs.leaf_features)
         return np.array([self.latency_s.get(t, self.default_s) for t in programs.task])
 
 

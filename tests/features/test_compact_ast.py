@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cdmpp.features import CompactAST, FeatureMatchError, extract
+from cdmpp.features import N_LEAF_FEATURES, CompactAST, FeatureMatchError, extract
 from cdmpp.features import compact_ast as ca
 from cdmpp.features import matching as mt
 from cdmpp.tvm_env import import_tvm
@@ -173,7 +173,7 @@ def test_hand_written_nest_has_known_nodes_positions_and_rows(progs):
     assert ast.leaf_pos.tolist() == [5, 13, 21]
     assert [ast.serialization().tolist().index(n) for n in ast.leaf_node] == ast.leaf_pos.tolist()
     f = ast.leaf_features
-    assert f.shape == (3, 164) and f.dtype == np.float32
+    assert f.shape == (3, N_LEAF_FEATURES) and f.dtype == np.float32
     slog = mt.slog
     # each row is its store: X = A*2 (4096 muls), B = X+1 (64*8 adds), C += X (4096 adds)
     assert f[0, F_MUL] == pytest.approx(slog(4096)) and f[0, F_ADDSUB] == 0
@@ -259,7 +259,7 @@ def test_rows_match_leaves_on_real_records_of_many_operator_families():
         default, schs = _records(SHARED / name, 3)
         for obj in (default, *schs):
             ast = extract(obj, TARGET)  # raises FeatureMatchError if rows != leaves
-            assert ast.leaf_features.shape == (ast.n_leaves(), 164)
+            assert ast.leaf_features.shape == (ast.n_leaves(), N_LEAF_FEATURES)
             _check_rows_against_tree(ast)
             params += _check_param_store_rows(obj, ast)
             seen += 1
@@ -349,7 +349,7 @@ def test_a_buffer_written_by_two_stores_is_a_clear_error(progs):
     twice = progs[2]
     # TVM's rows are per buffer: one row for B, with the loops of its LAST store (parallel)
     rows = tvm_rows.per_store_rows(None, tvm.IRModule({"main": twice}), TARGET)
-    assert rows.shape == (1, 164) and rows[0, mt.COL_PARALLEL] == 1
+    assert rows.shape == (1, mt.N_TVM_FEATURES) and rows[0, mt.COL_PARALLEL] == 1
     with pytest.raises(FeatureMatchError, match=r"ONE TVM row.*'B': 2"):
         extract(twice, TARGET)
 
@@ -423,5 +423,5 @@ def test_features_do_not_depend_on_buffer_names():
 
     assert len(raw[0]) == a.n_leaves()
     assert slot_blocks(a.leaf_features) == slot_blocks(raw[0])
-    assert np.array_equal(np.sort(a.leaf_features, axis=None),
+    assert np.array_equal(np.sort(a.leaf_features[:, :mt.N_TVM_FEATURES], axis=None),
                           np.sort(np.asarray(raw[0], dtype=np.float32), axis=None))

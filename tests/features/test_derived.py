@@ -11,11 +11,11 @@ from cdmpp.features.derived import (
     stride_alignment,
     with_derived,
 )
-from cdmpp.features.matching import N_LEAF_FEATURES, slog
+from cdmpp.features.matching import N_TVM_FEATURES, slog
 
 
 def _leaves(strides_of_first_buffer, second=None):
-    f = np.zeros((len(strides_of_first_buffer), N_LEAF_FEATURES), dtype=np.float32)
+    f = np.zeros((len(strides_of_first_buffer), N_TVM_FEATURES), dtype=np.float32)
     f[:, STRIDE_COLS[0]] = [slog(s) for s in strides_of_first_buffer]
     if second is not None:
         f[:, STRIDE_COLS[1]] = [slog(s) for s in second]
@@ -39,6 +39,6 @@ def test_every_buffer_slot_and_the_cap():
 def test_with_derived_appends_and_keeps_the_features():
     f = _leaves([768, 1024])
     out = with_derived(f)
-    assert out.shape == (2, N_LEAF_FEATURES + N_DERIVED) and out.dtype == f.dtype
-    np.testing.assert_array_equal(out[:, :N_LEAF_FEATURES], f)
-    assert out[:, N_LEAF_FEATURES].tolist() == [8, 10]
+    assert out.shape == (2, N_TVM_FEATURES + N_DERIVED) and out.dtype == f.dtype
+    np.testing.assert_array_equal(out[:, :N_TVM_FEATURES], f)
+    assert out[:, N_TVM_FEATURES].tolist() == [8, 10]

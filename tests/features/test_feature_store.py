@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from cdmpp.features import N_LEAF_FEATURES
 from cdmpp.features.build import build_store
 from cdmpp.features.store import FeatureStore
 
@@ -25,7 +26,7 @@ def test_build_store_from_real_databases(fixture_dbs, tmp_path):
         "dense_64x768x768", "softmax_12x64x64", "addrelu_1x64x56x56"}
     for key in samples.column("key").to_pylist():
         features, pos = store.program(key)
-        assert features.shape[1] == 164 and len(features) == len(pos) >= 1
+        assert features.shape[1] == N_LEAF_FEATURES and len(features) == len(pos) >= 1
         assert np.all(np.diff(pos) > 0)  # leaves come in pre-order
     assert np.all(np.asarray(samples.column("latency_s")) > 0)
 
@@ -100,7 +101,7 @@ def test_reading_the_store_needs_no_tvm(fixture_dbs, tmp_path):
     code = ("import sys; from cdmpp.features.store import FeatureStore;"
             f"s = FeatureStore({str(tmp_path / 'store')!r});"
             "k = s.samples().column('key')[0].as_py(); f, p = s.program(k);"
-            "assert f.shape[1] == 164; assert 'tvm' not in sys.modules, 'tvm imported'")
+            f"assert f.shape[1] == {N_LEAF_FEATURES}; assert 'tvm' not in sys.modules, 'tvm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

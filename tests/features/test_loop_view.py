@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-import pytest
 
 from cdmpp.features import loop_view as lv
 from cdmpp.tvm_env import import_tvm
@@ -52,15 +49,13 @@ def _rows(func):
 
     _, mod = tvm_rows.as_schedule_and_func(func)
     tree = tir_tree.build_tree(tvm_rows.lowered_func(mod))
-    return lv.leaf_rows(tree), lv.leaf_iterations(tree)
+    return lv.leaf_rows(tree)
 
 
 def test_llvm_unrolls_a_short_reduction_and_the_output_loop_is_left():
     # 3 loads: body 8; 32 x 8 = 256 fits LLVM's budget, 16 x 256 does not: j is left, along
     # which C and B move by 1 and A stays: what LLVM's loop vectorizer takes
-    rows, iterations = _rows(_matmul(32))
-    (row,) = rows
-    assert iterations.tolist() == [64 * 16 * 32]
+    (row,) = _rows(_matmul(32))
     assert row[COL["loop_extent_log2"]] == 4 and row[COL["loop_serial"]] == 1
     assert row[COL["store_stride_log2"]] == 1  # log2(1 + 1)
     assert (row[COL["loads_stride_0"]], row[COL["loads_unit_stride"]],
@@ -72,7 +67,7 @@ def test_llvm_unrolls_a_short_reduction_and_the_output_loop_is_left():
 def test_a_long_reduction_stays_innermost():
     # 64 x 8 = 512 is over the budget: k is left; the store does not move along it, B moves
     # by its row (16), A by 1: not vectorizable as it stands
-    (row,), _ = _rows(_matmul(64))
+    (row,) = _rows(_matmul(64))
     assert row[COL["loop_extent_log2"]] == 6 and row[COL["loop_serial"]] == 1
     assert row[COL["store_stride_log2"]] == 0
     assert (row[COL["loads_stride_0"]], row[COL["loads_unit_stride"]],
@@ -82,41 +77,28 @@ def test_a_long_reduction_stays_innermost():
 
 def test_tvm_unrolls_inside_its_step_and_only_while_everything_inside_was_unrolled():
     # step 64: TVM unrolls k (64 <= 64), not j (16 x 64 > 64); LLVM then cannot fit j either
-    (row,), _ = _rows(_matmul(64, unroll_step=64))
+    (row,) = _rows(_matmul(64, unroll_step=64))
     assert row[COL["tvm_unrolled_log2"]] == 6 and row[COL["unrolled_log2"]] == 6
     assert row[COL["loop_extent_log2"]] == 4 and row[COL["llvm_vectorizable"]] == 1
     # step 16: k (32) is over it, so TVM unrolls nothing, and LLVM unrolls k as before
-    (row,), _ = _rows(_matmul(32, unroll_step=16))
+    (row,) = _rows(_matmul(32, unroll_step=16))
     assert row[COL["tvm_unrolled_log2"]] == 0 and row[COL["unrolled_log2"]] == 5
 
 
 def test_a_vectorized_loop_is_the_loop_left():
-    (row,), _ = _rows(_matmul(64, vector_j=True))
+    (row,) = _rows(_matmul(64, vector_j=True))
     assert row[COL["loop_vectorized"]] == 1 and row[COL["loop_serial"]] == 0
     assert row[COL["loop_extent_log2"]] == 4 and row[COL["llvm_vectorizable"]] == 0
 
 
-def test_program_vector_keeps_the_store_run_most_and_weights_the_shares():
-    rows = np.zeros((2, lv.N_COLUMNS))
-    rows[0, COL["loads"]], rows[1, COL["loads"]] = 1, 2
-    rows[1, COL["llvm_vectorizable"]] = rows[1, COL["loop_serial"]] = 1
-    out = lv.program_vector(rows, np.array([1.0, 3.0]))
-    assert out.shape == (lv.N_PROGRAM,)
-    assert out[COL["loads"]] == 2  # the second store runs three times as often
-    shares = dict(zip(lv.SHARED, out[lv.N_COLUMNS:]))
-    assert shares == pytest.approx({"llvm_vectorizable": 0.75, "loop_vectorized": 0.0,
-                                    "loop_serial": 0.75})  # fmt: skip
-    assert not lv.program_vector(np.zeros((0, lv.N_COLUMNS)), np.zeros(0)).any()
-
-
-def test_of_program_and_the_leaves_agree_with_the_compact_ast():
+def test_the_compact_ast_ends_every_leaf_with_its_loop_view_row():
     from cdmpp.features import extract
+    from cdmpp.features.matching import N_TVM_FEATURES
 
     func = _matmul(32)
     ast = extract(func, {"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    rows, _ = _rows(func)
-    assert len(rows) == len(ast.leaf_node)  # one row per store leaf, as the tree has them
-    vector = lv.of_program(func)
-    assert vector[COL["llvm_vectorizable"]] == 1
-    assert vector[lv.N_COLUMNS + lv.SHARED.index("llvm_vectorizable")] == 1
-    assert math.isfinite(vector.sum())
+    rows = _rows(func)
+    assert ast.leaf_features.shape == (len(rows), N_TVM_FEATURES + lv.N_COLUMNS)
+    np.testing.assert_array_equal(ast.leaf_features[:, N_TVM_FEATURES:],
+                                  rows.astype(np.float32))
+    assert ast.leaf_features[0, N_TVM_FEATURES + COL["llvm_vectorizable"]] == 1

@@ -1,7 +1,10 @@
 """TenSet-style baselines (XGBoost, MLP) with the estimator interface of cdmpp's regressor.
 
 Both see one vector per program: `ProgramSet.summed()` (per-store features summed over the
-leaves, plus the leaf count), followed by the device vector when the set has one. XGBoost
+leaves, plus the leaf count), followed by the device vector when the set has one. The
+per-store features are the leaves' whole vectors, the loop-view columns included
+(FEATURE_VERSION 3), so the baselines see what cdmpp sees; XGBoost with
+`leaf_columns=N_TVM_FEATURES` reads TVM's 164 alone, as TenSet's XGBoost does. XGBoost
 with `heaviest_leaf=True` (not a TenSet baseline: the ensemble's member) also sees the
 features of the program's store with the most work. Both fit log latency and predict latency
 in seconds. `score` is -MAPE (higher is better, sklearn's convention), so `fit/predict/score`
@@ -84,6 +87,9 @@ class BaselineMixin(ParamsMixin):
                                "or load() first")
 
     def _vectors(self, programs) -> np.ndarray:
+        columns = getattr(self, "leaf_columns", None)
+        if columns is not None:
+            programs = programs.first_columns(columns)
         return program_vectors(programs, heaviest=getattr(self, "heaviest_leaf", False),
                                heaviest_per_work=getattr(self, "heaviest_per_work", False),
                                dtype=self._dtype)

@@ -40,7 +40,8 @@ class XGBBaseline(BaselineMixin):
                  min_child_weight: float = 1.0, subsample: float = 0.8,
                  colsample_bytree: float = 0.8, nthread: int | None = None, seed: int = 0,
                  early_stopping_rounds: int | None = None, per_work: bool = False,
-                 heaviest_leaf: bool = False, heaviest_per_work: bool = False):
+                 heaviest_leaf: bool = False, heaviest_per_work: bool = False,
+                 leaf_columns: int | None = None):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -55,6 +56,8 @@ class XGBBaseline(BaselineMixin):
         self.heaviest_leaf = heaviest_leaf
         # and those features relative to the program's work (needs heaviest_leaf)
         self.heaviest_per_work = heaviest_per_work
+        # read only each leaf's first columns (N_TVM_FEATURES: TenSet's features); None: all
+        self.leaf_columns = leaf_columns
 
     def _booster_params(self) -> dict:
         params = {"objective": "reg:squarederror", "tree_method": "hist",

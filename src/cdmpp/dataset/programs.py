@@ -56,6 +56,14 @@ class ProgramSet:
                                                     (len(self), 1))
         return ProgramSet(self.leaf_features, self.leaf_pos, tiled, self.task, self.default)
 
+    def first_columns(self, n: int) -> "ProgramSet":
+        """The same programs, each leaf cut to its first `n` feature columns (views, no copy):
+        `features.matching.N_TVM_FEATURES` leaves TVM's per-store row, without the loop view."""
+        if n > self.n_features:
+            raise ValueError(f"the leaves have {self.n_features} columns, not {n}")
+        return ProgramSet(tuple(f[:, :n] for f in self.leaf_features), self.leaf_pos,
+                          self.device, self.task, self.default)
+
     @property
     def n_features(self) -> int:
         return int(self.leaf_features[0].shape[1]) if len(self) else 0

@@ -12,7 +12,10 @@ from cdmpp.evaluate.metrics import summary
 from cdmpp.model.config import ModelConfig, TrainConfig
 
 MODELS = ("cdmpp", "xgb", "mlp")
-KNOWN_MODELS = ("cdmpp", "cdmpp-seeds", "xgb", "xgb-work", "mlp", "ensemble", "ensemble-seeds")
+KNOWN_MODELS = ("cdmpp", "cdmpp-seeds", "xgb", "xgb-tvm", "xgb-work", "mlp", "ensemble",
+                "ensemble-seeds")
+# "xgb-tvm": "xgb" on TVM's 164 per-store columns of each leaf alone (TenSet's XGBoost), without
+# the loop view that every other model reads
 # "ensemble": the geometric mean of these two (cdmpp.model.ensemble), reusing them when the
 # same comparison already fitted them
 ENSEMBLE_MEMBERS = ("cdmpp", "xgb-work")
@@ -68,6 +71,10 @@ def make_estimator(name: str, model_config: ModelConfig | None, train_config: Tr
     seed = train_config.seed if train_config else 0
     if name == "xgb-work":  # XGBoost predicting latency per work, like cdmpp's "per_work"
         return make_baseline("xgb", seed=seed, per_work=True)
+    if name == "xgb-tvm":
+        from cdmpp.features.matching import N_TVM_FEATURES
+
+        return make_baseline("xgb", seed=seed, leaf_columns=N_TVM_FEATURES)
     return make_baseline(name, seed=seed)
 
 

@@ -1,5 +1,6 @@
 """CDMPP's compact AST of one tensor program: loops, attributes, allocations and stores of its
-TIR as a tree, with TVM's 164-dim per-store feature vector on every store leaf.
+TIR as a tree, with a feature vector on every store leaf: TVM's 164-dim per-store row, then
+the 12 columns of `loop_view` (the loop LLVM is likely to vectorize around the store).
 
 Nodes are numbered in pre-order (a node's parent always has a smaller id; roots have parent -1;
 a PrimFunc body with several top-level nests gives a forest, serialized root after root).
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cdmpp.features import loop_view
 from cdmpp.features.derived import ACCESS_WIDTH, N_BUFFERS
-from cdmpp.features.matching import (COL_ACCESS, N_LEAF_FEATURES, FeatureMatchError,
-                                    match_problems)
+from cdmpp.features.matching import COL_ACCESS, N_TVM_FEATURES, FeatureMatchError, match_problems
 from cdmpp.features.tir_tree import (  # noqa: F401  (node kinds are part of this module's API)
     ALLOC, ATTR, FOR_PARALLEL, FOR_SERIAL, FOR_THREAD_BINDING, FOR_UNROLLED, FOR_VECTORIZED,
     KIND_NAMES, STORE, STORE_CONST,
@@ -28,7 +29,9 @@ from cdmpp.features.tir_tree import (  # noqa: F401  (node kinds are part of thi
 
 # goes into every cache key; bump when the tree or the features change.
 # 2: the five buffer slots of each leaf ordered by value, not as TVM orders them (by name on ties)
-FEATURE_VERSION = "2"
+# 3: `loop_view`'s 12 columns appended to every leaf (docs/model.md, "The loop LLVM sees")
+FEATURE_VERSION = "3"
+N_LEAF_FEATURES = N_TVM_FEATURES + loop_view.N_COLUMNS  # TVM's row, then loop_view.COLUMNS
 END = -1  # the end-of-children marker in `CompactAST.serialization()`
 
 _FIELDS = {
@@ -48,7 +51,7 @@ class CompactAST:
     node_extent: np.ndarray  # int64 (n_nodes,): loop / thread extent, -1 if symbolic, 1 otherwise
     leaf_node: np.ndarray  # int32 (n_leaves,): node id of each STORE leaf, in pre-order
     leaf_pos: np.ndarray  # int32 (n_leaves,): position of the leaf in the serialization
-    leaf_features: np.ndarray  # float32 (n_leaves, 164): TVM's per-store row of that store
+    leaf_features: np.ndarray  # float32 (n_leaves, 176): TVM's row of that store, loop_view's
 
     def n_leaves(self) -> int:
         return int(self.leaf_node.shape[0])
@@ -132,8 +135,9 @@ def _assemble(tree, rows: np.ndarray) -> CompactAST:
     parent = np.asarray(tree.parents, dtype=np.int32)
     leaf = np.asarray(tree.leaves, dtype=np.int32)
     pos = (2 * leaf - _depths(parent)[leaf]).astype(np.int32)
-    feats = order_buffer_slots(
-        np.asarray(rows, dtype=np.float32).reshape(len(tree.leaves), N_LEAF_FEATURES))
+    tvm = order_buffer_slots(
+        np.asarray(rows, dtype=np.float32).reshape(len(tree.leaves), N_TVM_FEATURES))
+    feats = np.hstack([tvm, loop_view.leaf_rows(tree).astype(np.float32)])
     return CompactAST(
         node_kind=np.asarray(tree.kinds, dtype=np.int8),
         node_parent=parent,
@@ -156,7 +160,7 @@ def extract(func_or_mod, target) -> CompactAST:
 
     sch, mod = tvm_rows.as_schedule_and_func(func_or_mod)
     rows = tvm_rows.per_store_rows(sch, mod, target)
-    if rows.ndim != 2 or (rows.shape[0] and rows.shape[1] != N_LEAF_FEATURES):
+    if rows.ndim != 2 or (rows.shape[0] and rows.shape[1] != N_TVM_FEATURES):
         raise FeatureMatchError(f"TVM returned a {rows.shape} feature matrix")
     report = []
     for kind in ("structural", "full"):  # the full pass list only if the cheap one disagrees

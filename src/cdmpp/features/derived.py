@@ -1,5 +1,5 @@
 """Columns derived from TVM's per-store features, computed when a model reads them (the
-feature store keeps TVM's 164 columns as extracted).
+feature store keeps the leaf features as extracted).
 
 Stride alignment: for each of the five buffer slots, the number of trailing zero bits of the
 buffer's innermost stride (in elements). A loop that walks a buffer with a stride of 2^t * odd

@@ -11,10 +11,9 @@ vectorized the output loop outside it, along which the store and the input have 
 (docs/model.md, "The loop LLVM sees").
 
 For each store leaf of `tir_tree.build_tree`, `leaf_rows` walks its loops from the inside out
-under those two rules and describes the loop it stops at (`COLUMNS`). `program_vector` keeps the
-row of the store with the most iterations and the iteration-weighted share of three of its
-flags. Nothing here reads a label. Not yet in the feature store (FEATURE_VERSION 2): measured by
-`benchmarks/loop_view.py`, to enter the leaf features with the next FEATURE_VERSION.
+under those two rules and describes the loop it stops at (`COLUMNS`). Nothing here reads a
+label. `compact_ast.extract` appends `leaf_rows` to TVM's row of every leaf (FEATURE_VERSION
+3); `benchmarks/loop_view.py` measures what they add.
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ COLUMNS = (
 )  # fmt: skip
 N_COLUMNS = len(COLUMNS)
 _COL = {name: i for i, name in enumerate(COLUMNS)}
-SHARED = ("llvm_vectorizable", "loop_vectorized", "loop_serial")  # weighted shares, per program
-N_PROGRAM = N_COLUMNS + len(SHARED)
 
 
 def _const(expr) -> int | None:
@@ -161,30 +158,3 @@ def leaf_rows(tree) -> np.ndarray:
     """(leaves, N_COLUMNS) float64 for the store leaves of a `tir_tree.TreeBuild`, in order."""
     rows = [leaf_row(store, loops) for store, loops in tree.leaf_nests]
     return np.array(rows, dtype=np.float64).reshape(len(rows), N_COLUMNS)
-
-
-def leaf_iterations(tree) -> np.ndarray:
-    """(leaves,) float64: how many times each store runs (symbolic extents count as 1)."""
-    return np.array([math.prod(ext or 1 for _, ext, _, _ in loops)
-                     for _, loops in tree.leaf_nests], dtype=np.float64)
-
-
-def program_vector(rows: np.ndarray, iterations: np.ndarray) -> np.ndarray:
-    """(N_PROGRAM,): the row of the store run most often (the first of equals), then the share
-    of all store iterations under each of the `SHARED` flags. Zeros without leaves."""
-    out = np.zeros(N_PROGRAM)
-    if not len(rows):
-        return out
-    out[:N_COLUMNS] = rows[int(np.argmax(iterations))]
-    weights = iterations / iterations.sum()
-    out[N_COLUMNS:] = [weights @ rows[:, _COL[name]] for name in SHARED]
-    return out
-
-
-def of_program(func_or_mod) -> np.ndarray:
-    """`program_vector` of one kernel (PrimFunc, one-PrimFunc IRModule or Schedule)."""
-    from cdmpp.features import tir_tree, tvm_rows
-
-    _, mod = tvm_rows.as_schedule_and_func(func_or_mod)
-    tree = tir_tree.build_tree(tvm_rows.lowered_func(mod))
-    return program_vector(leaf_rows(tree), leaf_iterations(tree))

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-N_LEAF_FEATURES = 164
+N_TVM_FEATURES = 164  # the width of TVM's per-store rows
 
 # Column layout of the 164-dim vector (TVM's PerStoreFeature, buffers_per_store=5, 10 samples)
 COL_FLOAT_OPS = range(0, 7)  # float mad, add/sub, mul, div/mod, cmp, math and other calls

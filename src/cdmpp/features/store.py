@@ -3,7 +3,7 @@
 Layout of a store directory:
   shards/NNNNN/           one per extraction run (written to a temp dir, then renamed)
     keys.json             program keys, one per program row
-    leaf_features.npy     float32 (n_leaves_total, 164)
+    leaf_features.npy     float32 (n_leaves_total, 176): compact_ast.N_LEAF_FEATURES
     leaf_pos.npy          int32   (n_leaves_total,)
     leaf_offsets.npy      int64   (n_programs + 1,)  program i owns rows offsets[i]:offsets[i+1]
     node_kind.npy, node_parent.npy, node_extent.npy, node_offsets.npy   the trees

@@ -10,7 +10,7 @@ READOUTS = ("pooled", "work_weighted")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    n_features: int = 164  # per-leaf feature vector (TVM's per-store features)
+    n_features: int = 176  # per-leaf feature vector (features.N_LEAF_FEATURES; set by fit)
     device_dim: int = 0  # device vector length; 0: single-device model, no device encoder
     d_model: int = 64  # 64 x 2 layers generalized best of the sizes tried (docs/model.md)
     n_heads: int = 4
