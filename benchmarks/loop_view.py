@@ -22,14 +22,8 @@ from pathlib import Path
 import numpy as np
 
 
-def fit_predict(programs, y, test_programs, seed: int) -> np.ndarray:
-    from cdmpp.baselines import XGB_PER_WORK_SETTINGS, XGBBaseline
-
-    model = XGBBaseline(**XGB_PER_WORK_SETTINGS, per_work=True, seed=seed)
-    return model.fit(programs, y).predict(test_programs)
-
-
 def main(argv=None) -> int:
+    from cdmpp.baselines import make_baseline
     from cdmpp.dataset.devices import one_device
     from cdmpp.dataset.loader import split_data
     from cdmpp.dataset.splits import carve_rows, make_split
@@ -60,7 +54,8 @@ def main(argv=None) -> int:
     tasks_b = np.asarray(b.task)
     print(f"{split.name}, {args.stage}: {len(ya)} fitted, {len(yb)} scored")
     for name, cut in (("without", N_TVM_FEATURES), ("with the loop view", a.n_features)):
-        p = fit_predict(a.first_columns(cut), ya, b.first_columns(cut), args.seed)
+        model = make_baseline("xgb", per_work=True, seed=args.seed)  # the shipped member
+        p = model.fit(a.first_columns(cut), ya).predict(b.first_columns(cut))
         print(f"  {name:20s} MAPE {100 * mape(yb, p):.2f}%  median APE "
               f"{100 * np.median(np.abs(p / yb - 1)):.1f}%  top-1 "
               f"{top_k_score(yb, p, tasks_b, 1):.3f}  pairwise "

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from cdmpp.dataset.programs import ProgramSet
+from cdmpp.features import N_LEAF_FEATURES
 
 
 def random_programs(n=40, seed=0):
     """n random programs of 1-5 leaves and a latency that is a smooth function of them."""
     rng = np.random.default_rng(seed)
-    feats = tuple(rng.random((int(k), 164), dtype=np.float32) for k in rng.integers(1, 6, n))
+    feats = tuple(rng.random((int(k), N_LEAF_FEATURES), dtype=np.float32)
+                  for k in rng.integers(1, 6, n))
     programs = ProgramSet(feats, tuple(np.arange(len(f), dtype=np.int32) for f in feats))
     return programs, np.exp(programs.summed()[:, 0] / 10) * 1e-4
 

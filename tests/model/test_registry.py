@@ -9,13 +9,15 @@ import pytest
 
 from cdmpp.baselines.xgb import XGBBaseline
 from cdmpp.dataset.programs import ProgramSet
+from cdmpp.features import N_LEAF_FEATURES
 from cdmpp.model import registry
 from cdmpp.model.registry import load_estimator, save_estimator
 
 
 def _programs(n=40, seed=0):
     rng = np.random.default_rng(seed)
-    feats = tuple(rng.random((int(k), 164), dtype=np.float32) for k in rng.integers(1, 6, n))
+    feats = tuple(rng.random((int(k), N_LEAF_FEATURES), dtype=np.float32)
+                  for k in rng.integers(1, 6, n))
     pos = tuple(np.arange(len(f), dtype=np.int32) for f in feats)
     programs = ProgramSet(feats, pos)
     y = np.exp(programs.summed()[:, 0] / 10) * 1e-4

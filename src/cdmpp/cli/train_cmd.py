@@ -66,8 +66,10 @@ def add_parser(subparsers) -> None:
                    help="random | by-task | by-network:NAME,... | by-device:ID,...")
     e.add_argument("--models", default="cdmpp,xgb,mlp",
                    help="comma-separated: cdmpp, cdmpp-seeds (geometric mean of cdmpp over "
-                        "seeds S..S+2, as `train --seeds 3` saves), xgb, xgb-work (XGBoost on "
-                        "latency per work), mlp, ensemble (geometric mean of cdmpp and xgb-work), "
+                        "seeds S..S+2, as `train --seeds 3` saves), xgb, xgb-tvm (XGBoost on "
+                        "TVM's 164 columns of each leaf alone, TenSet's features), xgb-work "
+                        "(XGBoost on latency per work), mlp, ensemble (geometric mean of cdmpp "
+                        "and xgb-work), "
                         "ensemble-seeds (geometric mean of cdmpp-seeds and xgb-work)")
     e.add_argument("--report-dir", default="cdmpp-eval",
                    help="PNG plots + markdown report here (default: ./cdmpp-eval)")
