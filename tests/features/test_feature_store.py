@@ -101,7 +101,8 @@ def test_reading_the_store_needs_no_tvm(fixture_dbs, tmp_path):
     code = ("import sys; from cdmpp.features.store import FeatureStore;"
             f"s = FeatureStore({str(tmp_path / 'store')!r});"
             "k = s.samples().column('key')[0].as_py(); f, p = s.program(k);"
-            f"assert f.shape[1] == {N_LEAF_FEATURES}; assert 'tvm' not in sys.modules, 'tvm imported'")
+            f"assert f.shape[1] == {N_LEAF_FEATURES};"
+            "assert 'tvm' not in sys.modules, 'tvm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -59,7 +59,7 @@ class ProgramSet:
     def first_columns(self, n: int) -> "ProgramSet":
         """The same programs, each leaf cut to its first `n` feature columns (views, no copy):
         `features.matching.N_TVM_FEATURES` leaves TVM's per-store row, without the loop view."""
-        if n > self.n_features:
+        if len(self) and n > self.n_features:  # an empty set has no leaves to cut
             raise ValueError(f"the leaves have {self.n_features} columns, not {n}")
         return ProgramSet(tuple(f[:, :n] for f in self.leaf_features), self.leaf_pos,
                           self.device, self.task, self.default)
