@@ -114,7 +114,7 @@ def leaf_row(store, loops) -> np.ndarray:
     unrolled, tvm_unrolled, tvm_on, left = 1, 1, True, None
     for (kind, ext, _, f), step in zip(reversed(loops), reversed(_auto_unroll_steps(loops))):
         if ext is None or kind not in (serial, unroll):
-            left = f  # parallel, vectorized, thread-bound, or symbolic: it stays
+            left = kind, ext, f  # parallel, vectorized, thread-bound, or symbolic: it stays
             break
         if kind == unroll:
             unrolled *= ext
@@ -127,7 +127,7 @@ def leaf_row(store, loops) -> np.ndarray:
         if unrolled * ext * body <= LLVM_FULL_UNROLL_BUDGET:
             unrolled *= ext
             continue
-        left = f
+        left = kind, ext, f
         break
     row = np.zeros(N_COLUMNS)
     row[_COL["unrolled_log2"]] = math.log2(unrolled)
@@ -135,14 +135,14 @@ def leaf_row(store, loops) -> np.ndarray:
     row[_COL["loads"]] = len(loads)
     if left is None:
         return row
-    var = left.loop_var
+    kind, ext, f = left  # the walk's kind and extent of the loop left, and its For node
+    var = f.loop_var
     store_stride = _stride(store.buffer, store.indices, var)
     strides = [_stride(load.source, load.indices, var) for load in loads]
-    kind = int(left.kind)
     stride_0 = sum(s == 0 for s in strides)
     unit = sum(s in (1, -1) for s in strides)
     other = len(strides) - stride_0 - unit
-    row[_COL["loop_extent_log2"]] = math.log2(max(_const(left.extent) or 1, 1))
+    row[_COL["loop_extent_log2"]] = math.log2(max(ext or 1, 1))
     row[_COL["loop_serial"]] = kind == serial
     row[_COL["loop_parallel"]] = kind == parallel
     row[_COL["loop_vectorized"]] = kind == vectorized
