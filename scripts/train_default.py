@@ -219,10 +219,11 @@ def main() -> int:
             default = seeds[0] if len(seeds) == 1 else EnsembleRegressor.from_fitted(seeds)
             save_estimator(default, out / "seeds", trained_on=dict(
                 info, seeds=list(range(args.seed, args.seed + args.seeds))), device=device)
+        seeds_info = info  # what the seeds trained on, kept in the ensemble's record
         if joint:  # the baselines have no device input: the fitted device's records only
             devices = np.array(samples.column("device_id").to_pylist())
             train = labeled(store, samples, rows[devices[rows] == device_id])
-            info = {k: v for k, v in info.items() if k != "devices"}
+            info = {k: v for k, v in seeds_info.items() if k != "devices"}
             mine_dbs = [Path(db).resolve() for db in counts[device_id]["databases"]]
             info.update(records=len(train.latency_s), databases=[
                 str(spec) for spec, root in zip(args.data, data)
@@ -237,8 +238,10 @@ def main() -> int:
         weights = SHIPPED_WEIGHTS
         save_estimator(EnsembleRegressor.from_fitted([default, xgb_work], weights),
                        out / "ensemble", trained_on=dict(
-                           info, members="the three seeds (`seeds`), and XGBoost on latency "
-                           f"per work, weighted {weights[0]:g} and {weights[1]:g}"),
+                           seeds_info, members="the three seeds (`seeds`), and XGBoost on "
+                           f"latency per work, weighted {weights[0]:g} and {weights[1]:g}",
+                           **({"xgb_records": info["records"], "xgb_databases": info["databases"]}
+                              if joint else {})),
                        device=device)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"models in {out}: {size / 2**20:.1f} MiB")

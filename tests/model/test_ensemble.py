@@ -36,6 +36,22 @@ def test_fit_fits_every_member_and_round_trips(tmp_path):
     np.testing.assert_array_equal(loaded.predict(programs), ens.predict(programs))
 
 
+def test_a_member_without_device_input_is_asked_without_the_programs_device_vectors():
+    # the shipped default: seeds trained on several devices beside an XGBoost fitted on one
+    # device's records; a calibration asks it about programs carrying the new device's vector
+    programs, y = _programs()
+    on_devices = programs.with_device([1.0, 2.0, 3.0])
+    multi = XGBBaseline(n_estimators=10, nthread=1).fit(on_devices, y)
+    single = XGBBaseline(n_estimators=10, nthread=1, per_work=True).fit(programs, y)
+    ens = EnsembleRegressor.from_fitted([multi, single])
+    asked = on_devices.with_device([1.0, 2.0, 4.0])
+    parts = ens.member_predictions(asked)
+    np.testing.assert_array_equal(parts[0], multi.predict(asked))
+    np.testing.assert_array_equal(parts[1], single.predict(programs))
+    with pytest.raises(ValueError, match="fitted on programs with device vectors"):
+        multi.predict(programs)  # a member that reads vectors still needs them
+
+
 def test_errors_are_clear(tmp_path):
     programs, y = _programs(5)
     with pytest.raises(RuntimeError, match="not fitted"):

@@ -71,7 +71,7 @@ def test_with_device_vector_copies_and_checks():
     assert all(np.array_equal(p.device_vector_, v) for p, v in zip(_parts(model), before))
     with pytest.raises(ValueError, match="length 3"):
         with_device_vector(model, [1.0, 2.0, 3.0])
-    plain = registry.load_estimator("default")
+    plain = registry.load_estimator("xgb")  # fitted on Zen 4's records, no device input
     assert takes_device(model) and not takes_device(plain)
     with pytest.raises(ValueError, match="trained without device vectors"):
         with_device_vector(plain, vector)

@@ -134,6 +134,7 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
         ensembles within opened (`cdmpp.model.members.flat_members`), from the same pass)."""
         from cdmpp.model.estimator import CDMPPRegressor, predict_together
         from cdmpp.model.members import flat_members
+        from cdmpp.model.retarget import takes_device
 
         members = self.members_
         out = [None] * len(members)
@@ -155,6 +156,11 @@ class EnsembleRegressor(BaselineMixin):  # the mixin's get_params, _check_fitted
             if i == placer:  # an ensemble within, holding the transformer that places
                 inner, embeddings = member.member_predictions(programs, embed=True)
                 out[i] = member.combine(inner)
+            elif programs.device is not None and not takes_device(member):
+                # fitted on one device's records with no device input (the shipped default's
+                # XGBoost beside multi-device seeds): it predicts that device, whatever the
+                # programs' vectors say; a calibration rescales the whole to the device
+                out[i] = member.predict(programs.with_device(None))
             else:
                 out[i] = member.predict(programs)
         return (out, embeddings) if embed else out
