@@ -162,6 +162,39 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
         lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "x")
 
 
+def test_kernels_from_a_tuning_database_read_their_weights_at_the_tuned_probes_rate(
+        lowered, device, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from e2e_helpers import StubEstimator
+
+    from cdmpp.e2e import overhead as oh
+    from cdmpp.e2e.cold import ColdProbe, ColdWeights
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.e2e.predict import predict_network
+    from cdmpp.e2e.replay import CallOverhead
+
+    (tmp_path / "db").mkdir()
+    _, kernel = _tuning_database(lowered, device, tmp_path / "db")
+    tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "db")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cal = oh.OverheadCalibration(device.device_id, 2, CallOverhead(), oh.METHOD_VERSION,
+                                 "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5),
+                                 (5e-7, 1e-5), 1e-8, {})
+    plain, fast = ColdProbe(1, 2, (1.0,), (1.0 + 2e-9,)), ColdProbe(1, 2, (1.0,), (1.0 + 5e-9,))
+    oh.save_overhead(replace(cal, cold=ColdWeights(1, plain, fast)), device)  # 1-byte cache
+    r = predict_network(StubEstimator(default_s=1e-5), tuned, device=device)
+    assert r.replay.overhead.tuned_kernels == {kernel.name}
+    by_kernel = {}
+    for node in r.graph.nodes:
+        by_kernel[node.kernel] = by_kernel.get(node.kernel, 0) + node.weight_bytes
+    assert by_kernel[kernel.name] > 0 and sum(by_kernel.values()) > by_kernel[kernel.name]
+    rest = sum(by_kernel.values()) - by_kernel[kernel.name]
+    assert r.weights_s() == pytest.approx(5e-9 * by_kernel[kernel.name] + 2e-9 * rest)
+    assert r.predicted_s == pytest.approx(2e-5 + r.weights_s())
+
+
 def test_a_tuning_database_with_unreadable_lines_is_read_without_them(lowered, device, tmp_path):
     # TVM's own reader crashes the process on a blank line: the lines are read by ours first
     from cdmpp.e2e.kernels import database_latencies, lower_network

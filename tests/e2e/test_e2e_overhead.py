@@ -65,11 +65,17 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
     assert cal.kernel_chain_s == tuple(min(cal.values[f"kernel_chain_{n}"]) for n in (1, 16))
     assert cal.view_chain_s == tuple(min(cal.values[f"view_chain_{n}"]) for n in (1, 16))
     assert cal.tiny_kernel_s == min(cal.values["tiny_kernel"])
-    # the cold-weights probe: extra seconds per weight byte cycling through the copies
+    # the cold-weights probes: extra seconds per weight byte cycling through the copies, the
+    # median over passes; the tuned probe's weights are the weight and the bias
     cold = cal.cold
-    assert cold.llc_bytes == 4 * 2**20 and cold.weight_bytes == 4 * 768 * 3072
-    assert cold.cycled_bytes == 2 * cold.weight_bytes and cold.warm_s > 0
-    assert cold.s_per_byte == max(cold.cycled_s - cold.warm_s, 0.0) / cold.weight_bytes
+    assert cold.llc_bytes == 4 * 2**20
+    assert cold.plain.weight_bytes == 4 * 768 * 3072
+    assert cold.tuned.weight_bytes == 4 * (768 * 3072 + 3072)
+    for probe in (cold.plain, cold.tuned):
+        assert probe.cycled_bytes == 2 * probe.weight_bytes and min(probe.warm_s) > 0
+        assert len(probe.warm_s) == len(probe.cycled_s) == 7
+        extra = sorted(c - w for c, w in zip(probe.cycled_s, probe.warm_s))[3]
+        assert probe.s_per_byte == pytest.approx(max(extra, 0.0) / probe.weight_bytes)
     assert oh.OverheadCalibration.from_json(cal.to_json()) == cal
 
 
@@ -77,25 +83,31 @@ def test_cold_weights_cost_only_networks_whose_weights_exceed_the_last_level_cac
         tmp_path, monkeypatch, device, lowered):
     from e2e_helpers import StubEstimator
 
-    from cdmpp.e2e.cold import ColdWeights
+    from cdmpp.e2e.cold import ColdProbe, ColdWeights
     from cdmpp.e2e.graph import from_relax
     from cdmpp.e2e.predict import predict_network
 
-    cold = ColdWeights(llc_bytes=1000, s_per_byte=2e-9, cycled_bytes=2, weight_bytes=1,
-                       warm_s=1.0, cycled_s=1.0)
-    assert cold.at(1000) == 0.0 and cold.at(1001) == 2e-9
+    def probe(extra_s):  # 1 weight byte, one pass
+        return ColdProbe(weight_bytes=1, cycled_bytes=2, warm_s=(1.0,), cycled_s=(1.0 + extra_s,))
+
+    cold = ColdWeights(llc_bytes=1000, plain=probe(2e-9), tuned=probe(5e-9))
+    assert cold.at(1000) == 0.0 and cold.at(1001) == pytest.approx(2e-9)
+    assert cold.at(1000, tuned=True) == 0.0 and cold.at(1001, tuned=True) == pytest.approx(5e-9)
+    assert ColdWeights(1000, probe(2e-9)).at(1001, tuned=True) == pytest.approx(2e-9)
     assert ColdWeights.from_json(cold.to_json()) == cold
     net = lowered("tiny_mlp")
     weights = from_relax(net.mod).weight_bytes()  # 3,232 bytes
     for llc in (1000, 10_000):  # below and above the network's weights
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / str(llc)))
         oh.save_overhead(replace(_cal(device.device_id), overhead=CallOverhead(0.0, 0.0, 0.0),
-                                 cold=ColdWeights(llc, 2e-9, 2, 1, 1.0, 1.0)), device)
+                                 cold=ColdWeights(llc, ColdProbe(1, 2, (1.0,), (1.0 + 2e-9,)))),
+                       device)
         # overhead="auto": the device's calibration, cold weights included
         r = predict_network(StubEstimator(default_s=1e-5), net, device=device)
         extra = weights * 2e-9 if weights > llc else 0.0
         assert r.predicted_s == pytest.approx(2e-5 + extra)
-        assert r.replay.overhead.per_weight_byte_s == (2e-9 if extra else 0.0)
+        assert r.replay.overhead.per_weight_byte_s == pytest.approx(2e-9 if extra else 0.0)
+        assert r.weights_s() == pytest.approx(extra)
         assert r.to_json()["weight_bytes"] == weights
         # an explicit overhead is taken as given
         explicit = predict_network(StubEstimator(default_s=1e-5), net, device=device,

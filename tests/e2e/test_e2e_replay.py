@@ -113,3 +113,13 @@ def test_weights_from_memory_lengthen_each_call_by_their_bytes():
     assert rows["a"].overhead_s == pytest.approx(0.5 + 2.0)  # mean over its two calls
     assert rows["a"].total_s == pytest.approx(2.5 + 4.5)
     assert replay(g, {"a": 1.0, "b": 2.0}, overhead=CallOverhead(per_call_s=0.5)).total_s == 5.5
+    assert replay(g, {"a": 1.0, "b": 2.0}, overhead=o.without_weights()).total_s == 5.5
+
+
+def test_a_tuned_kernel_reads_its_weights_at_the_tuned_rate():
+    g = Graph((Node(0, "a", weight_bytes=1000), Node(1, "b", (0,), weight_bytes=2000)))
+    o = CallOverhead(per_weight_byte_s=1e-3, per_tuned_weight_byte_s=4e-3,
+                     tuned_kernels=frozenset({"b"}))
+    r = replay(g, {"a": 1.0, "b": 2.0}, overhead=o)
+    assert [r.duration_s(i) for i in range(2)] == [1.0 + 1.0, 2.0 + 8.0]
+    assert [o.weights_s(n) for n in g.nodes] == [1.0, 8.0]

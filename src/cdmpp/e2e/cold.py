@@ -1,7 +1,7 @@
 """Weights that a network reads from memory, where a kernel timed alone finds them in cache.
 
-    cold = measure_cold_weights(device)        # a few seconds; kept in overhead.json
-    cold.at(graph.weight_bytes())              # extra seconds per weight byte in this network
+    cold = measure_cold_weights(device)        # ~10 s; kept in overhead.json
+    cold.at(graph.weight_bytes(), tuned=True)  # extra seconds per weight byte of a tuned kernel
 
 A kernel timed alone runs many times in a row, so its weights stay in the caches. In a network
 every weight is read once per inference, and all the other weights pass through the caches in
@@ -11,64 +11,105 @@ by `e2e.measure.profile_in_network`): BERT-base's and GPT-2's weight matmuls (32
 L3 260 MiB) ran 1.06-1.42x their time alone; the convolutions of ResNet-18 and ResNet-50 (45 and
 98 MiB) and MobileNet-V2 (14 MiB) ran within a few percent of alone.
 
-Method (`METHOD`): a matmul with 9 MiB of weights (BERT-base's first feed-forward layer,
-scheduled by hand: parallel rows, vectorized columns) is timed on one weight tensor back to back
-(warm) and cycling through copies of its weights totalling twice the last-level cache, as a
-network cycles through its layers' weights; three interleaved passes, the median call of each,
-the lowest pass. Extra seconds per weight byte = (cycling - warm) / weight bytes, at least 0.
-A network whose weights of one inference exceed the last-level cache costs each kernel call its
-weight bytes x that more than alone (`e2e.replay`); one whose weights fit costs nothing more.
+How much a kernel loses depends on its schedule, so the probe is BERT-base's first feed-forward
+matmul (9 MiB of weights) under two schedules (`METHOD`, version 3), each timed on one weight
+tensor back to back (warm) and cycling through copies of its weights totalling twice the
+last-level cache, as a network cycles through its layers' weights; seven interleaved passes,
+the median call of each; extra seconds per weight byte = the median over passes of (cycling -
+warm) / weight bytes, at least 0 (~10 s in all):
+- `plain`: scheduled by hand (parallel rows, vectorized columns), for the kernels TVM's default
+  pipeline leaves and any kernel not from a tuning database;
+- `tuned`: a meta_schedule-tuned schedule of it (`TUNED_PROBE`, shipped), for kernels whose
+  schedule came from a tuning database. On the Zen 5 VM the plain probe reads 0 (at 70 GFLOP/s
+  it is compute-bound, and the weights it streams hide under its arithmetic), while the tuned
+  kernels of BERT-base and GPT-2 ran 1.03-1.27x slower inside the network than alone, and
+  1.04-1.17x alone cycling through copies of their arguments (docs/measurement.md).
+A network whose weights of one inference exceed the last-level cache costs each kernel call
+its weight bytes x its probe's extra (`e2e.replay`); one whose weights fit costs nothing more.
 
 Why a threshold at the last-level cache and not the probe at the network's size: cycling
-the probe through 63 MiB of copies already costs the full amount here, but the convolutions
-of ResNet-50 (98 MiB) did not slow down in the network: how much a kernel loses to weights from
-memory depends on its schedule, which this probe cannot tell. The threshold is the assumption
-that matched the five networks profiled; it was chosen after seeing them, so their figures
-are not an independent test of it (the probe's magnitude is measured, not fitted).
+the probe through 63 MiB of copies already costs the full amount on the Intel Xeon, but the
+convolutions of ResNet-50 (98 MiB) did not slow down in the network there. The threshold is the
+assumption that matched the five networks profiled; it was chosen after seeing them, so their
+figures are not an independent test of it (the probes' magnitudes are measured, not fitted).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 PROBE_MKN = (128, 768, 3072)  # rows, reduction, columns: BERT-base's first feed-forward matmul
 DEFAULT_LLC_BYTES = 32 * 2**20  # when the device does not report its last-level cache
-METHOD = ("extra time per weight byte of a hand-scheduled 128x768x3072 float32 matmul (9 MiB "
-          "of weights) cycling through copies of its weights totalling twice the last-level "
-          "cache, vs on one copy; median call per pass, lowest pass; applied to networks whose "
-          "weights per inference exceed the last-level cache")
+# the tuned probe's record: workload, trace, weight arguments (assets/probes/README.md)
+TUNED_PROBE = Path(__file__).resolve().parents[1] / "assets" / "probes" / "tuned_ffn_matmul.json"
+METHOD = ("extra time per weight byte of BERT-base's 128x768x3072 float32 feed-forward matmul "
+          "(9 MiB of weights), hand-scheduled (plain) and meta_schedule-tuned (tuned), cycling "
+          "through copies of its weights totalling twice the last-level cache, vs on one copy; "
+          "median call per pass, median over passes of the difference; applied to networks whose weights per inference "
+          "exceed the last-level cache, the tuned probe's to kernels from a tuning database")
+
+
+@dataclass(frozen=True)
+class ColdProbe:
+    """One probe kernel timed warm and cycling through copies of its weights, pass by pass."""
+
+    weight_bytes: int  # the probe's weights (one copy)
+    cycled_bytes: int  # weights it cycled through (copies x weight bytes)
+    warm_s: tuple[float, ...]  # per pass: median call on one copy of its weights
+    cycled_s: tuple[float, ...]  # per pass: median call cycling through the copies
+
+    @property
+    def s_per_byte(self) -> float:
+        """Extra seconds per weight byte read from memory: the median over passes of cycled -
+        warm (the memory's speed moves with the host's placement of our threads, so a pass
+        is compared with itself; the median is the typical state), at least 0."""
+        extra = np.median(np.subtract(self.cycled_s, self.warm_s))
+        return max(float(extra), 0.0) / self.weight_bytes
+
+    def to_json(self) -> dict:
+        return {"weight_bytes": self.weight_bytes, "cycled_bytes": self.cycled_bytes,
+                "warm_s": list(self.warm_s), "cycled_s": list(self.cycled_s),
+                "s_per_byte": self.s_per_byte}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ColdProbe":
+        return cls(int(d["weight_bytes"]), int(d["cycled_bytes"]),
+                   tuple(float(x) for x in d["warm_s"]), tuple(float(x) for x in d["cycled_s"]))
 
 
 @dataclass(frozen=True)
 class ColdWeights:
     llc_bytes: int  # last-level cache the threshold is at
-    s_per_byte: float  # extra seconds per weight byte read from memory
-    cycled_bytes: int  # weights the probe cycled through (copies x weight bytes)
-    weight_bytes: int  # the probe's weights (one copy)
-    warm_s: float  # the probe on one weight tensor
-    cycled_s: float  # the probe cycling through the copies
+    plain: ColdProbe  # the hand-scheduled probe: untuned kernels
+    tuned: ColdProbe | None = None  # the tuned probe: kernels from a tuning database
 
-    def at(self, network_weight_bytes: float) -> float:
-        """Extra seconds per weight byte in a network reading that many bytes of weights per
-        inference: the probe's cost beyond the last-level cache, 0 within it."""
-        return self.s_per_byte if network_weight_bytes > self.llc_bytes else 0.0
+    def at(self, network_weight_bytes: float, tuned: bool = False) -> float:
+        """Extra seconds per weight byte of a kernel (`tuned`: from a tuning database) in a
+        network reading that many bytes of weights per inference: its probe's cost beyond the
+        last-level cache, 0 within it."""
+        if network_weight_bytes <= self.llc_bytes:
+            return 0.0
+        probe = self.tuned if tuned and self.tuned is not None else self.plain
+        return probe.s_per_byte
 
     def to_json(self) -> dict:
-        return {"method": METHOD, "llc_bytes": self.llc_bytes, "s_per_byte": self.s_per_byte,
-                "cycled_bytes": self.cycled_bytes, "weight_bytes": self.weight_bytes,
-                "warm_s": self.warm_s, "cycled_s": self.cycled_s}
+        return {"method": METHOD, "llc_bytes": self.llc_bytes, "plain": self.plain.to_json(),
+                "tuned": None if self.tuned is None else self.tuned.to_json()}
 
     @classmethod
     def from_json(cls, d: dict) -> "ColdWeights":
-        return cls(int(d["llc_bytes"]), float(d["s_per_byte"]), int(d["cycled_bytes"]),
-                   int(d["weight_bytes"]), float(d["warm_s"]), float(d["cycled_s"]))
+        return cls(int(d["llc_bytes"]), ColdProbe.from_json(d["plain"]),
+                   None if d.get("tuned") is None else ColdProbe.from_json(d["tuned"]))
 
 
 def probe_kernel(target, mkn=PROBE_MKN):
-    """(built module, args_info JSON, weight bytes) of the probe matmul C = A @ W."""
+    """(built module, args_info JSON, indices of the weight arguments) of the plain probe
+    C = A @ W, scheduled by hand."""
     from cdmpp.measure.build import compile_module
     from cdmpp.measure.timing import matmul_schedule
 
@@ -82,40 +123,61 @@ def probe_kernel(target, mkn=PROBE_MKN):
     sch.vectorize(ji)
     info = [["TENSOR", "float32", [m, k]], ["TENSOR", "float32", [k, n]],
             ["TENSOR", "float32", [m, n]]]
-    return compile_module(sch.mod, target).jit(), info, 4 * k * n
+    return compile_module(sch.mod, target).jit(), info, (1,)
 
 
-def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 9,
-                         passes: int = 3, mkn=PROBE_MKN) -> ColdWeights:
-    """Time the probe warm and cycling through copies of its weights totalling twice
+def tuned_probe_kernel(target):
+    """(built module, args_info JSON, indices of the weight arguments) of the tuned probe: the
+    shipped record's trace replayed on its workload (the schedule, for any target)."""
+    from cdmpp.measure import tvm_codec
+    from cdmpp.measure.build import compile_module
+
+    record = json.loads(TUNED_PROBE.read_text())
+    workload = tvm_codec.decode_workload(record["workload"]).mod
+    sch = tvm_codec.replay_trace(workload, record["trace"])
+    return (compile_module(sch.mod, target).jit(), record["args_info"],
+            tuple(record["weight_args"]))
+
+
+def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 48,
+                         passes: int = 7, mkn=PROBE_MKN, tuned: bool = True) -> ColdWeights:
+    """Time the probes warm and cycling through copies of their weights totalling twice
     `llc_bytes` (default: the device's L3, else its L2, else `DEFAULT_LLC_BYTES`; at most a
-    quarter of the device's memory). Runs with the caller's thread settings."""
+    quarter of the device's memory); the tuned one unless not `tuned`. Runs with the caller's
+    thread settings."""
+    llc = int(llc_bytes or device.l3_bytes or device.l2_bytes or DEFAULT_LLC_BYTES)
+    if llc <= 0:
+        raise ValueError(f"the last-level cache must be > 0 bytes, got {llc}")
+    cycled_bytes = 2 * llc
+    if getattr(device, "memory_bytes", 0):  # a CPU with a huge L3 must not exhaust the RAM
+        cycled_bytes = min(cycled_bytes, device.memory_bytes // 4)
+    plain = _time_probe(*probe_kernel(device.target, mkn), cycled_bytes, runs, passes)
+    return ColdWeights(llc, plain, _time_probe(*tuned_probe_kernel(device.target), cycled_bytes,
+                                               runs, passes) if tuned else None)
+
+
+def _time_probe(module, info, weight_args, cycled_bytes: int, runs: int, passes: int
+                ) -> ColdProbe:
     from cdmpp.measure.build import ENTRY
     from cdmpp.measure.timing import random_args
     from cdmpp.tvm_env import import_tvm
 
     tvm = import_tvm()
-    llc = int(llc_bytes or device.l3_bytes or device.l2_bytes or DEFAULT_LLC_BYTES)
-    if llc <= 0:
-        raise ValueError(f"the last-level cache must be > 0 bytes, got {llc}")
-    module, info, weight_bytes = probe_kernel(device.target, mkn)
     func = module.get_function(ENTRY)
-    a, w, c = random_args(info, tvm.cpu())
-    cycled_bytes = 2 * llc
-    if getattr(device, "memory_bytes", 0):  # a CPU with a huge L3 must not exhaust the RAM
-        cycled_bytes = min(cycled_bytes, device.memory_bytes // 4)
+    args = random_args(info, tvm.cpu())
+    weight_bytes = sum(args[i].numpy().nbytes for i in weight_args)
     copies = max(2, -(-cycled_bytes // weight_bytes))
-    w_host = w.numpy()
-    weights = [w] + [tvm.runtime.tensor(w_host, tvm.cpu()) for _ in range(copies - 1)]
+    arg_sets = [args] + [[tvm.runtime.tensor(a.numpy(), tvm.cpu()) if i in weight_args else a
+                          for i, a in enumerate(args)] for _ in range(copies - 1)]
 
     def median_call(n: int) -> float:
-        """Median time of a call cycling through `n` weight tensors, after one cycle."""
+        """Median time of a call cycling through the first `n` weight copies, after a cycle."""
         for k in range(n):
-            func(a, weights[k], c)
+            func(*arg_sets[k])
         times = []
         for k in range(max(runs, n)):
             start = time.perf_counter()
-            func(a, weights[k % n], c)
+            func(*arg_sets[k % n])
             times.append(time.perf_counter() - start)
         return float(np.median(times))
 
@@ -123,6 +185,4 @@ def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 9,
     for _ in range(passes):
         warm.append(median_call(1))
         cycled.append(median_call(copies))
-    warm_s, cycled_s = min(warm), min(cycled)
-    return ColdWeights(llc, max(cycled_s - warm_s, 0.0) / weight_bytes, copies * weight_bytes,
-                       weight_bytes, warm_s, cycled_s)
+    return ColdProbe(weight_bytes, copies * weight_bytes, tuple(warm), tuple(cycled))

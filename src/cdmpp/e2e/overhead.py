@@ -16,7 +16,7 @@ too sensitive to the slight curvature of the chain times). So the overhead is wh
 beyond the kernel timings the estimator is trained on. Since method 2 it also holds the cost of
 weights read from memory in a network where a kernel timed alone finds them in cache
 (`e2e.cold`: a probe matmul timed warm and cycling through twice the last-level cache of
-copies of its weights).
+copies of its weights; since method 3 under two schedules, hand-written and tuned).
 
 Stored as `<cache>/devices/<device_id>/overhead.json` beside that device's `device.json`
 (`<cache>` = $XDG_CACHE_HOME/cdmpp or ~/.cache/cdmpp), with every measured value.
@@ -36,7 +36,7 @@ from cdmpp.e2e.replay import CallOverhead
 from cdmpp.paths import device_dir
 
 OVERHEAD_FILE = "overhead.json"
-METHOD_VERSION = 2  # 2: + the cold-weights probe (e2e.cold)
+METHOD_VERSION = 3  # 2: + the cold-weights probe (e2e.cold); 3: + its tuned probe
 METHOD = ("least-squares slopes of VM time vs chain length: L tiny kernels (minus the kernel "
           "alone) and L reshape views; per-invoke = shortest kernel chain minus its calls; "
           "collector's timing protocol, minimum over every repeat of every pass")
@@ -200,8 +200,10 @@ def read_overhead(device_id: str, root: str | Path | None = None) -> OverheadCal
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: corrupt overhead file ({e}); delete it to recalibrate") from e
+    if not isinstance(data, dict) or data.get("method_version") != METHOD_VERSION:
+        return None  # an older method's file: calibrated again
     cal = OverheadCalibration.from_json(data, str(path))
-    if cal.method_version != METHOD_VERSION or cal.device_id != device_id:
+    if cal.device_id != device_id:
         return None
     return cal
 

@@ -106,12 +106,16 @@ class E2EResult:
         some kernel has none."""
         overhead = self.replay.overhead
         if not cold_weights:
-            overhead = replace(overhead, per_weight_byte_s=0.0)
+            overhead = overhead.without_weights()
         try:
             return replay(self.graph, dict(kernel_s), overhead=overhead,
                           queue_of=dict(enumerate(self.replay.queue))).total_s
         except KeyError:  # replay.MissingDurationError
             return None
+
+    def weights_s(self) -> float:
+        """What the replay charges for weights read from memory, over one inference."""
+        return sum(self.replay.overhead.weights_s(node) for node in self.graph.nodes)
 
     def to_json(self) -> dict:
         o = self.replay.overhead
@@ -126,7 +130,9 @@ class E2EResult:
                 "nodes": len(self.graph),
                 "overhead": {"per_call_s": o.per_call_s, "per_builtin_s": o.per_builtin_s,
                              "per_invoke_s": o.per_invoke_s,
-                             "per_weight_byte_s": o.per_weight_byte_s},
+                             "per_weight_byte_s": o.per_weight_byte_s,
+                             "per_tuned_weight_byte_s": o.per_tuned_weight_byte_s,
+                             "weights_s": self.weights_s()},
                 "weight_bytes": self.graph.weight_bytes(),
                 "critical_path": list(self.critical_path_kernels()),
                 "timings_s": dict(self.timings_s),
@@ -216,7 +222,10 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
     t1 = time.perf_counter()
     graph = from_relax(network.mod)
     if cold is not None:  # every weight of an inference passes the caches between two reads
-        overhead = replace(overhead, per_weight_byte_s=cold.at(graph.weight_bytes()))
+        weights = graph.weight_bytes()
+        overhead = replace(overhead, per_weight_byte_s=cold.at(weights),
+                           per_tuned_weight_byte_s=cold.at(weights, tuned=True),
+                           tuned_kernels=frozenset(k.name for k in network.kernels if k.tuned))
     result = replay(graph, {**(extra_kernel_s or {}), **kernel_s}, overhead=overhead,
                     queue_of=queue_of)
     t2 = time.perf_counter()

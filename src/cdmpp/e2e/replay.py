@@ -8,7 +8,8 @@ Model (dPRO, MLSys'22, simplified to inference on one host):
 - every node lasts its kernel's time (per call) + the per-call overhead of its kind (the VM's
   dispatch: `Overhead.per_call_s` for kernels, `per_builtin_s` for builtins such as a reshape
   view, which have no kernel time) + its weights read from memory (`Node.weight_bytes` x
-  `Overhead.per_weight_byte_s`, `e2e.cold`);
+  `CallOverhead.per_weight_byte_s`, or `per_tuned_weight_byte_s` for a kernel in
+  `tuned_kernels`: `e2e.cold`);
 - every node runs on one queue (a device or stream): all CPU nodes share queue "cpu" unless
   `queue_of` says otherwise; a queue runs one node at a time, in a fixed order: the graph's
   topological order with ties broken by `priority`, then by program order (as the VM executes);
@@ -25,7 +26,7 @@ A kernel node without a duration is an error naming the kernel: never a silent z
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from cdmpp.e2e.graph import KERNEL_KINDS, Graph
@@ -41,13 +42,26 @@ class CallOverhead:
     per_builtin_s: float = 0.0  # one builtin without a kernel (e.g. a reshape view)
     per_invoke_s: float = 0.0  # entering and leaving `main` once
     per_weight_byte_s: float = 0.0  # a weight byte read from memory, not cache (e2e.cold)
+    # ... by a kernel whose schedule came from a tuning database (its own probe, e2e.cold)
+    per_tuned_weight_byte_s: float = 0.0
+    tuned_kernels: frozenset[str] = frozenset()
 
     def for_kind(self, kind: str) -> float:
         return self.per_call_s if kind in KERNEL_KINDS else self.per_builtin_s
 
+    def weights_s(self, node) -> float:
+        """The node's weights read from memory."""
+        tuned = node.kernel in self.tuned_kernels
+        return node.weight_bytes * (self.per_tuned_weight_byte_s if tuned
+                                    else self.per_weight_byte_s)
+
     def for_node(self, node) -> float:
         """Dispatch of the node's kind + its weights read from memory."""
-        return self.for_kind(node.kind) + node.weight_bytes * self.per_weight_byte_s
+        return self.for_kind(node.kind) + self.weights_s(node)
+
+    def without_weights(self) -> "CallOverhead":
+        """The same overhead with weights read from cache."""
+        return replace(self, per_weight_byte_s=0.0, per_tuned_weight_byte_s=0.0)
 
 
 @dataclass(frozen=True)

@@ -135,10 +135,13 @@ def format_table(result, top: int = 10) -> str:
                  f"{1e6 * o.per_builtin_s:.3f} us per builtin, {1e6 * o.per_invoke_s:.3f} us "
                  "per inference")
     weights = result.graph.weight_bytes()
-    if weights and o.per_weight_byte_s > 0:
+    charged = result.weights_s()
+    if weights and charged > 0:
+        rates = [f"{1e9 * o.per_weight_byte_s:.3f} ns per byte"]
+        if o.tuned_kernels:
+            rates.append(f"{1e9 * o.per_tuned_weight_byte_s:.3f} by tuned kernels")
         lines.append(f"weights    {weights / 2**20:.1f} MiB read per inference, from memory (timed "
-                     f"alone, from cache): {1e9 * o.per_weight_byte_s:.3f} ns per byte, "
-                     f"{_ms(weights * o.per_weight_byte_s)} ms")
+                     f"alone, from cache): {', '.join(rates)}, {_ms(charged)} ms")
     elif weights:
         lines.append(f"weights    {weights / 2**20:.1f} MiB read per inference; not charged (within "
                      "the last-level cache, or no cold-weights calibration)")
