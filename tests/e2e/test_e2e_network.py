@@ -193,6 +193,9 @@ def test_kernels_from_a_tuning_database_read_their_weights_at_the_tuned_probes_r
     rest = sum(by_kernel.values()) - by_kernel[kernel.name]
     assert r.weights_s() == pytest.approx(5e-9 * by_kernel[kernel.name] + 2e-9 * rest)
     assert r.predicted_s == pytest.approx(2e-5 + r.weights_s())
+    from cdmpp.e2e.report import format_table
+
+    assert "2.000 ns per byte, 5.000 by tuned kernels" in format_table(r)
 
 
 def test_a_tuning_database_with_unreadable_lines_is_read_without_them(lowered, device, tmp_path):
