@@ -20,10 +20,11 @@ warm) / weight bytes, at least 0 (~10 s in all):
 - `plain`: scheduled by hand (parallel rows, vectorized columns), for the kernels TVM's default
   pipeline leaves and any kernel not from a tuning database;
 - `tuned`: a meta_schedule-tuned schedule of it (`TUNED_PROBE`, shipped), for kernels whose
-  schedule came from a tuning database. On the Zen 5 VM the plain probe reads 0 (at 70 GFLOP/s
-  it is compute-bound, and the weights it streams hide under its arithmetic), while the tuned
-  kernels of BERT-base and GPT-2 ran 1.03-1.27x slower inside the network than alone, and
-  1.04-1.17x alone cycling through copies of their arguments (docs/measurement.md).
+  schedule came from a tuning database. On the Zen 5 VM the plain probe reads 0-0.022 ns per
+  byte (at 70 GFLOP/s it is compute-bound, and most of the weights it streams hide under its
+  arithmetic), the tuned one 0.023-0.067, and the tuned kernels of BERT-base and GPT-2 ran
+  1.03-1.27x slower inside the network than alone, 1.04-1.17x alone cycling through copies of
+  their arguments (docs/measurement.md, "A tuned probe for tuned kernels").
 A network whose weights of one inference exceed the last-level cache costs each kernel call
 its weight bytes x its probe's extra (`e2e.replay`); one whose weights fit costs nothing more.
 
@@ -50,8 +51,9 @@ TUNED_PROBE = Path(__file__).resolve().parents[1] / "assets" / "probes" / "tuned
 METHOD = ("extra time per weight byte of BERT-base's 128x768x3072 float32 feed-forward matmul "
           "(9 MiB of weights), hand-scheduled (plain) and meta_schedule-tuned (tuned), cycling "
           "through copies of its weights totalling twice the last-level cache, vs on one copy; "
-          "median call per pass, median over passes of the difference; applied to networks whose weights per inference "
-          "exceed the last-level cache, the tuned probe's to kernels from a tuning database")
+          "median call per pass, median over passes of the difference; applied to networks "
+          "whose weights per inference exceed the last-level cache, the tuned probe's to "
+          "kernels from a tuning database")
 
 
 @dataclass(frozen=True)
