@@ -113,3 +113,23 @@ def test_cold_weights_cost_only_networks_whose_weights_exceed_the_last_level_cac
         explicit = predict_network(StubEstimator(default_s=1e-5), net, device=device,
                                    overhead=CallOverhead(0.0, 0.0, 0.0))
         assert explicit.predicted_s == pytest.approx(2e-5)
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "x86-64-v2"])
+def test_the_shipped_tuned_probe_builds_for_other_isa_levels(device, mcpu):
+    """The tuned probe's trace (tuned on Zen 5, AVX-512) is replayed on its workload for any
+    target: it must build and compute the matmul for an AVX2 and an SSE4.2 target too."""
+    import numpy as np
+
+    from cdmpp.e2e.cold import tuned_probe_kernel
+    from cdmpp.measure.build import ENTRY
+    from cdmpp.measure.timing import random_args
+    from cdmpp.tvm_env import import_tvm
+
+    tvm = import_tvm()
+    module, info, weight_args = tuned_probe_kernel({**device.target, "mcpu": mcpu})
+    assert [info[i][2] for i in weight_args] == [[768, 3072], [3072]]  # weight, bias
+    x, w, b, out = random_args(info, tvm.cpu())
+    module.get_function(ENTRY)(x, w, b, out)
+    expected = x.numpy() @ w.numpy() + b.numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-3)
