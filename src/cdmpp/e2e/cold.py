@@ -88,7 +88,8 @@ class ColdProbe:
 class ColdWeights:
     llc_bytes: int  # last-level cache the threshold is at
     plain: ColdProbe  # the hand-scheduled probe: untuned kernels
-    tuned: ColdProbe | None = None  # the tuned probe: kernels from a tuning database
+    tuned: ColdProbe | None = None  # the tuned probe: kernels from a tuning database (None:
+    # the plain probe's rate for every kernel)
 
     def at(self, network_weight_bytes: float, tuned: bool = False) -> float:
         """Extra seconds per weight byte of a kernel (`tuned`: from a tuning database) in a
@@ -142,11 +143,10 @@ def tuned_probe_kernel(target):
 
 
 def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 48,
-                         passes: int = 7, mkn=PROBE_MKN, tuned: bool = True) -> ColdWeights:
-    """Time the probes warm and cycling through copies of their weights totalling twice
+                         passes: int = 7, mkn=PROBE_MKN) -> ColdWeights:
+    """Time both probes warm and cycling through copies of their weights totalling twice
     `llc_bytes` (default: the device's L3, else its L2, else `DEFAULT_LLC_BYTES`; at most a
-    quarter of the device's memory); the tuned one unless not `tuned`. Runs with the caller's
-    thread settings."""
+    quarter of the device's memory). Runs with the caller's thread settings."""
     llc = int(llc_bytes or device.l3_bytes or device.l2_bytes or DEFAULT_LLC_BYTES)
     if llc <= 0:
         raise ValueError(f"the last-level cache must be > 0 bytes, got {llc}")
@@ -154,8 +154,8 @@ def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 48
     if getattr(device, "memory_bytes", 0):  # a CPU with a huge L3 must not exhaust the RAM
         cycled_bytes = min(cycled_bytes, device.memory_bytes // 4)
     plain = _time_probe(*probe_kernel(device.target, mkn), cycled_bytes, runs, passes)
-    return ColdWeights(llc, plain, _time_probe(*tuned_probe_kernel(device.target), cycled_bytes,
-                                               runs, passes) if tuned else None)
+    tuned = _time_probe(*tuned_probe_kernel(device.target), cycled_bytes, runs, passes)
+    return ColdWeights(llc, plain, tuned)
 
 
 def _time_probe(module, info, weight_args, cycled_bytes: int, runs: int, passes: int
