@@ -27,6 +27,17 @@ class StubEstimator:
         return np.array([self.latency_s.get(t, self.default_s) for t in programs.task])
 
 
+def overhead_calibration(device_id: str = "abc", version: int | None = None):
+    """A hand-made `overhead.OverheadCalibration` (no cold-weights probes) of `device_id`."""
+    from cdmpp.e2e import overhead as oh
+    from cdmpp.e2e.replay import CallOverhead
+
+    return oh.OverheadCalibration(device_id, 2, CallOverhead(2e-7, 1e-7, 5e-7),
+                                  oh.METHOD_VERSION if version is None else version,
+                                  "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5),
+                                  (5e-7, 1e-5), 1e-8, {"kernel_chain_1": [1e-6, 1.1e-6]})
+
+
 @pytest.fixture(scope="session")
 def device():
     from cdmpp.device import local_device

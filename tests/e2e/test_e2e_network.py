@@ -166,7 +166,7 @@ def test_kernels_from_a_tuning_database_read_their_weights_at_the_tuned_probes_r
         lowered, device, tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from e2e_helpers import StubEstimator
+    from e2e_helpers import StubEstimator, overhead_calibration
 
     from cdmpp.e2e import overhead as oh
     from cdmpp.e2e.cold import ColdProbe, ColdWeights
@@ -179,9 +179,7 @@ def test_kernels_from_a_tuning_database_read_their_weights_at_the_tuned_probes_r
     _, kernel = _tuning_database(lowered, device, tmp_path / "db")
     tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "db")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    cal = oh.OverheadCalibration(device.device_id, 2, CallOverhead(), oh.METHOD_VERSION,
-                                 "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5),
-                                 (5e-7, 1e-5), 1e-8, {})
+    cal = replace(overhead_calibration(device.device_id), overhead=CallOverhead())
     plain, fast = ColdProbe(1, 2, (1.0,), (1.0 + 2e-9,)), ColdProbe(1, 2, (1.0,), (1.0 + 5e-9,))
     oh.save_overhead(replace(cal, cold=ColdWeights(1, plain, fast)), device)  # 1-byte cache
     r = predict_network(StubEstimator(default_s=1e-5), tuned, device=device)

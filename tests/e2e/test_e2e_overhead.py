@@ -7,15 +7,12 @@ from dataclasses import replace
 
 import pytest
 from e2e_helpers import device, lowered  # noqa: F401  (fixtures)
+from e2e_helpers import overhead_calibration as _cal
 
 from cdmpp.e2e import overhead as oh
 from cdmpp.e2e.replay import CallOverhead
 
 
-def _cal(device_id="abc", version=oh.METHOD_VERSION):
-    return oh.OverheadCalibration(device_id, 2, CallOverhead(2e-7, 1e-7, 5e-7), version,
-                                  "2026-01-01T00:00:00+00:00", (1, 64), (1e-6, 2e-5),
-                                  (5e-7, 1e-5), 1e-8, {"kernel_chain_1": [1e-6, 1.1e-6]})
 
 
 def test_saved_beside_device_json_and_read_back(tmp_path, device):
