@@ -13,8 +13,12 @@ fine-tuned as `cdmpp calibrate` does on <= `--records-per-task` measured program
 task, and scored on every record of the test half. The two selections share the draw, so their
 difference is paired; the draws are independent. Prints, per k, the mean MAPE of each, how many
 draws KMeans won, the mean difference with its standard error, and the label noise floor of the
-test records. Nothing is measured: a draw costs two calibrations per k (seconds each, times
-`--fine-tunes`).
+test records; then the same comparison in RMSE of log latency and median APE, and the median
+ratio predicted / measured of zero-shot and of each calibration. MAPE rewards predicting low
+(an under-prediction costs at most 100%): a zero-shot model that predicts a device 10% fast
+can score a lower MAPE than an unbiased calibration with a lower median error, so the
+symmetric figures are printed beside it. Nothing is measured: a draw costs two calibrations
+per k (seconds each, times `--fine-tunes`).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def run(args) -> list:
 def _draws(args, data, tasks, names, device) -> list:
     from cdmpp.calibrate import (base_device_vector, cdmpp_members, choose_tasks,
                                  default_programs)
-    from cdmpp.evaluate.metrics import mape, noise_floor_ape
+    from cdmpp.evaluate.metrics import noise_floor_ape
     from cdmpp.model.registry import load_estimator
     from cdmpp.programs.catalog import select
 
@@ -91,7 +95,7 @@ def _draws(args, data, tasks, names, device) -> list:
         y = data.latency_s[test]
         row = {"draw": draw, "test_records": int(len(test)),
                "noise_floor": noise_floor_ape(data.noise_rel[test]),
-               "zero_shot": mape(y, base.predict(programs.subset(test)))}
+               **_scores("zero_shot", y, base.predict(programs.subset(test)))}
         for k in args.k:
             for selection in ("kmeans", "random"):
                 chosen = choose_tasks(first, defaults.subset(candidates), k, selection, seed=draw)
@@ -100,10 +104,23 @@ def _draws(args, data, tasks, names, device) -> list:
                 model = _fine_tuned(base, members, args.model, programs.subset(cal),
                                     data.latency_s[cal], draw, vector, args.fine_tunes,
                                     args.weight_folds)
-                row[f"{selection}-{k}"] = mape(y, model.predict(programs.subset(test)))
+                row.update(_scores(f"{selection}-{k}", y, model.predict(programs.subset(test))))
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
     return rows
+
+
+# the symmetric figures of each arm, beside its MAPE (the arm's own key, as in older --json files)
+SYMMETRIC = ("rmse_log", "median_ape")
+
+
+def _scores(arm: str, y, predicted) -> dict:
+    """{arm: MAPE, arm:rmse_log, arm:median_ape, arm:median_ratio} of one arm's predictions."""
+    from cdmpp.evaluate.metrics import mape, median_ape, rmse_log
+
+    return {arm: mape(y, predicted), f"{arm}:rmse_log": rmse_log(y, predicted),
+            f"{arm}:median_ape": median_ape(y, predicted),
+            f"{arm}:median_ratio": float(np.median(np.asarray(predicted) / np.asarray(y)))}
 
 
 def report(rows, ks) -> None:
@@ -112,6 +129,29 @@ def report(rows, ks) -> None:
     print(f"{n} draws; test records per draw {min(sizes)}-{max(sizes)}; label noise floor "
           f"{100 * np.median([r['noise_floor'] for r in rows]):.2f}%; zero-shot MAPE "
           f"{100 * np.mean([r['zero_shot'] for r in rows]):.1f}%")
+    _comparison(rows, ks, "")
+    if not all(f"zero_shot:{m}" in r for r in rows for m in SYMMETRIC):
+        return  # draws of an older --json, MAPE only
+    for metric in SYMMETRIC:
+        zero = np.mean([r[f"zero_shot:{metric}"] for r in rows])
+        print(f"\n{metric}: zero-shot {_fmt(metric, zero)}")
+        _comparison(rows, ks, f":{metric}")
+    ratios = [f"zero-shot {np.mean([r['zero_shot:median_ratio'] for r in rows]):.3f}"]
+    for k in ks:
+        for arm in ("kmeans", "random"):
+            ratios.append(f"{arm}-{k} {np.mean([r[f'{arm}-{k}:median_ratio'] for r in rows]):.3f}")
+    print("\nmedian predicted / measured (mean over draws): " + ", ".join(ratios))
+
+
+def _fmt(metric: str, value: float) -> str:
+    return f"{value:.3f}" if metric == "rmse_log" else f"{100 * value:.1f}%"
+
+
+def _comparison(rows, ks, suffix: str) -> None:
+    """Per k and over all k: each selection's mean, KMeans' wins and the paired difference."""
+    n = len(rows)
+    metric = suffix[1:]
+    scale = 1.0 if metric == "rmse_log" else 100.0
     print(f"{'k':>4} {'KMeans':>8} {'random':>8} {'KMeans ahead':>13} {'random - KMeans':>16} "
           f"{'sign test p':>11}")
 
@@ -119,15 +159,16 @@ def report(rows, ks) -> None:
         wins = int((diff > 0).sum())
         p = sum(comb(n, i) for i in range(wins, n + 1)) / 2**n  # one-sided: KMeans ahead
         se = diff.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
-        print(f"{label:>4} {100 * km:7.1f}% {100 * rnd:7.1f}% {wins:>7} of {n:<3} "
-              f"{100 * diff.mean():+7.2f} ± {100 * se:.2f} {p:11.3f}")
+        print(f"{label:>4} {_fmt(metric, km):>8} {_fmt(metric, rnd):>8} {wins:>7} of {n:<3} "
+              f"{scale * diff.mean():+7.{3 if scale == 1 else 2}f} ± "
+              f"{scale * se:.{3 if scale == 1 else 2}f} {p:11.3f}")
 
     for k in ks:
-        km = np.array([r[f"kmeans-{k}"] for r in rows])
-        rnd = np.array([r[f"random-{k}"] for r in rows])
+        km = np.array([r[f"kmeans-{k}{suffix}"] for r in rows])
+        rnd = np.array([r[f"random-{k}{suffix}"] for r in rows])
         line(str(k), rnd - km, km.mean(), rnd.mean())
-    km = np.array([np.mean([r[f"kmeans-{k}"] for k in ks]) for r in rows])
-    rnd = np.array([np.mean([r[f"random-{k}"] for k in ks]) for r in rows])
+    km = np.array([np.mean([r[f"kmeans-{k}{suffix}"] for k in ks]) for r in rows])
+    rnd = np.array([np.mean([r[f"random-{k}{suffix}"] for k in ks]) for r in rows])
     line("all", rnd - km, km.mean(), rnd.mean())
 
 
