@@ -110,7 +110,7 @@ def _draws(args, data, tasks, names, device) -> list:
     return rows
 
 
-# the symmetric figures of each arm, beside its MAPE (the arm's own key, as in older --json files)
+# the symmetric figures of each arm, kept beside its MAPE (the arm's own key)
 SYMMETRIC = ("rmse_log", "median_ape")
 
 
@@ -130,8 +130,6 @@ def report(rows, ks) -> None:
           f"{100 * np.median([r['noise_floor'] for r in rows]):.2f}%; zero-shot MAPE "
           f"{100 * np.mean([r['zero_shot'] for r in rows]):.1f}%")
     _comparison(rows, ks, "")
-    if not all(f"zero_shot:{m}" in r for r in rows for m in SYMMETRIC):
-        return  # draws of an older --json, MAPE only
     for metric in SYMMETRIC:
         zero = np.mean([r[f"zero_shot:{metric}"] for r in rows])
         print(f"\n{metric}: zero-shot {_fmt(metric, zero)}")
@@ -151,7 +149,7 @@ def _comparison(rows, ks, suffix: str) -> None:
     """Per k and over all k: each selection's mean, KMeans' wins and the paired difference."""
     n = len(rows)
     metric = suffix[1:]
-    scale = 1.0 if metric == "rmse_log" else 100.0
+    scale, digits = (1.0, 3) if metric == "rmse_log" else (100.0, 2)
     print(f"{'k':>4} {'KMeans':>8} {'random':>8} {'KMeans ahead':>13} {'random - KMeans':>16} "
           f"{'sign test p':>11}")
 
@@ -160,8 +158,7 @@ def _comparison(rows, ks, suffix: str) -> None:
         p = sum(comb(n, i) for i in range(wins, n + 1)) / 2**n  # one-sided: KMeans ahead
         se = diff.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
         print(f"{label:>4} {_fmt(metric, km):>8} {_fmt(metric, rnd):>8} {wins:>7} of {n:<3} "
-              f"{scale * diff.mean():+7.{3 if scale == 1 else 2}f} ± "
-              f"{scale * se:.{3 if scale == 1 else 2}f} {p:11.3f}")
+              f"{scale * diff.mean():+7.{digits}f} ± {scale * se:.{digits}f} {p:11.3f}")
 
     for k in ks:
         km = np.array([r[f"kmeans-{k}{suffix}"] for r in rows])
