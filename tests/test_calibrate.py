@@ -360,6 +360,10 @@ def test_a_mixed_base_has_its_weights_chosen_on_tasks_each_fold_never_saw(fixtur
     np.testing.assert_allclose(weights * 10, np.round(weights * 10), atol=1e-9)
     chosen = [line for line in logs if line.startswith("weights for this device")]
     assert chosen and f"{weights[0]:.1f}, {weights[1]:.1f}" in chosen[0]
+    # the rescale chosen on the same folds: per program (config.neighbors) or one factor
+    per_program = "from its 2 nearest" in chosen[0]
+    assert per_program != ("with one factor" in chosen[0])
+    assert model.neighbors == (2 if per_program else 0)
 
     for kept in (replace(config, weight_folds=0), replace(config, weight_folds=7)):
         logs.clear()

@@ -225,7 +225,8 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     be fine-tuned: they stay, the top-level weights are chosen again for this device
     (`fold_chosen_weights`, unless `config.weight_folds` is 0), and the rebuilt model is
     rescaled on the same programs (`ScaledRegressor`, each program's factor from its
-    `config.neighbors` nearest), which takes their predictions to this device. A
+    `config.neighbors` nearest, or one factor where the same folds find that better), which
+    takes their predictions to this device. A
     default-program expert of `base` is kept when it was fitted for this device (its device
     vector is `vector`), else dropped: its trees know the default programs of the device it
     was fitted on, not this one."""
@@ -239,19 +240,20 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     if isinstance(base, DefaultExpertRegressor):
         base, expert = base.model_, base
     others = holds_other_kinds(base)
-    weights = fold_chosen_weights(base, members, programs, latency_s, config, vector,
-                                  unlabeled=unlabeled, log=log) if others else None
+    chosen = fold_chosen_weights(base, members, programs, latency_s, config, vector,
+                                 unlabeled=unlabeled, log=log) if others else None
     model = _fine_tuned(base, members, programs, latency_s, config, vector, unlabeled, log,
                         progress)
-    if weights is not None:
+    neighbors = config.neighbors
+    if chosen is not None:
+        weights, neighbors = chosen
         model = EnsembleRegressor.from_fitted(model.members_, weights)
     if others:
-        model = ScaledRegressor(model, config.neighbors).fit(programs, latency_s)
+        model = ScaledRegressor(model, neighbors).fit(programs, latency_s)
         if log:
             log(f"the members that are not CDMPP models were kept as they were: the whole "
                 f"model rescaled, x{model.scale_:.3f} over {len(latency_s)} programs"
-                + (f", each program by its {config.neighbors} nearest" if config.neighbors
-                   else ""))
+                + (f", each program by its {neighbors} nearest" if neighbors else ""))
     if expert is None:
         return model
     fitted_for = getattr(expert.expert_, "device_vector_", None)
@@ -277,16 +279,18 @@ def _fine_tuned(base, members, programs, latency_s, config: CalibrateConfig, vec
 
 def fold_chosen_weights(base, members, programs, latency_s, config: CalibrateConfig, vector,
                         unlabeled=None, log=None):
-    """The weights of the top-level members of `base` (an ensemble holding other kinds) for
-    this device, or None to keep its own (`config.weight_folds` 0, or fewer than two tasks per
-    fold measured). The measured tasks are dealt to `config.weight_folds` folds, in
-    WEIGHT_SPLITS shuffles; for each fold `base` is fine-tuned as the calibration fine-tunes it,
-    on the other folds, and predicts the fold's programs, rescaled from the others as the
-    calibrated model is rescaled; the weights with the lowest MAPE of those predictions, over
-    a grid of tenths, win (`model.fold_weights.choose_fold_weights`)."""
+    """(weights, neighbors) for this device: the weights of the top-level members of `base`
+    (an ensemble holding other kinds) and how finely the calibrated model is rescaled, each
+    program by its `config.neighbors` nearest or by one factor (0); or None to keep the base's
+    weights and `config.neighbors` (`config.weight_folds` 0, or fewer than two tasks per fold
+    measured). The measured tasks are dealt to `config.weight_folds` folds, in WEIGHT_SPLITS
+    shuffles; for each fold `base` is fine-tuned as the calibration fine-tunes it, on the other
+    folds, and predicts the fold's programs, rescaled from the others either way; the weights
+    (over a grid of tenths) and the rescale with the lowest MAPE of those predictions win
+    (`model.fold_weights.choose_fold_rescale`)."""
     import numpy as np
 
-    from cdmpp.model.fold_weights import FoldPredictions, choose_fold_weights, task_folds
+    from cdmpp.model.fold_weights import FoldPredictions, choose_fold_rescale, task_folds
 
     log = log or (lambda msg: None)
     folds = config.weight_folds
@@ -312,11 +316,12 @@ def fold_chosen_weights(base, members, programs, latency_s, config: CalibrateCon
                                          *_member_outputs(model, programs.subset(held)),
                                          y[held]))
         splits.append(found)
-    weights, error = choose_fold_weights(splits, config.neighbors)
+    weights, neighbors, error = choose_fold_rescale(splits, config.neighbors)
+    rescale = f"each program's factor from its {neighbors} nearest" if neighbors else "one factor"
     log(f"weights for this device: {', '.join(f'{w:.1f}' for w in weights)} (the base's "
-        f"{', '.join(f'{w:.1f}' for w in base.weights_)}): MAPE {100 * error:.1f}% on the tasks "
-        f"each fold held out")
-    return weights
+        f"{', '.join(f'{w:.1f}' for w in base.weights_)}), rescaled with {rescale}: MAPE "
+        f"{100 * error:.1f}% on the tasks each fold held out")
+    return weights, neighbors
 
 
 def _member_outputs(model, programs) -> tuple:
@@ -450,7 +455,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                if not config.rescale and holds_other_kinds(base) else {}),
             # a rescale, or a fine-tuning that rescaled the members it could not fine-tune
             **({"rescale": model.scale_, "rescale_interval_90": model.scale_interval_,
-                "rescale_neighbors": config.neighbors}
+                "rescale_neighbors": model.neighbors}
                if isinstance(model, ScaledRegressor) else {}),
             "minutes": round((time.monotonic() - start) / 60.0, 2)}
     save_estimator(model, config.out, trained_on=info, device=device)

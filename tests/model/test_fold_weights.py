@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cdmpp.model.fold_weights import (FoldPredictions, choose_fold_weights, held_out_rescaled,
-                                      task_folds)
+from cdmpp.model.fold_weights import (FoldPredictions, choose_fold_rescale, choose_fold_weights,
+                                      held_out_rescaled, task_folds)
 from cdmpp.model.scaled import Anchors
 
 
@@ -77,3 +77,36 @@ def test_members_alike_tie_to_even_weights_and_bad_input_is_refused():
         choose_fold_weights([[same, three]], 0)
     with pytest.raises(ValueError, match="at least one split"):
         choose_fold_weights([], 0)
+
+
+def _clustered_fold(rng, factor_of, noise: float) -> FoldPredictions:
+    """Two kinds of kernel, far apart in embedding space; a program's measured latency is its
+    prediction times its kind's factor (`factor_of`), times log-normal `noise` on the fitted
+    (measured) programs only. Both members predict alike."""
+    def side(n):
+        kind = np.arange(n) % 2
+        emb = np.stack([kind * 10.0 + rng.normal(0, 0.1, n), rng.normal(0, 0.1, n)], axis=1)
+        p = rng.uniform(1e-4, 1e-2, n)
+        return kind, emb, p
+    kind, emb, p = side(40)
+    y = p * np.asarray(factor_of)[kind] * np.exp(rng.normal(0, noise, 40))
+    hkind, hemb, hp = side(20)
+    return FoldPredictions(np.stack([p, p]), emb, y, np.stack([hp, hp]), hemb,
+                           hp * np.asarray(factor_of)[hkind])
+
+
+def test_the_rescale_is_per_program_where_kinds_move_apart_and_one_factor_where_not():
+    """Kinds at 2x and 0.5x: each program's factor from its nearest is right and one factor
+    is not. One factor for both, measured with scatter: the median over all programs is
+    closer than that of 3 neighbours. Equal errors keep the per-program rescale."""
+    rng = np.random.default_rng(3)
+    apart = [[_clustered_fold(rng, [2.0, 0.5], 0.0) for _ in range(2)]]
+    w, neighbors, err = choose_fold_rescale(apart, 3)
+    assert neighbors == 3 and err == pytest.approx(0.0, abs=1e-12)
+    alike = [[_clustered_fold(rng, [1.5, 1.5], 0.4) for _ in range(3)] for _ in range(2)]
+    w, neighbors, err = choose_fold_rescale(alike, 3)
+    assert neighbors == 0
+    assert err < choose_fold_weights(alike, 3)[1]
+    exact = [[_clustered_fold(rng, [1.5, 1.5], 0.0)]]  # both rescales exact: a tie
+    assert choose_fold_rescale(exact, 3)[1] == 3
+    assert choose_fold_rescale(apart, 0)[1] == 0  # nothing to choose from

@@ -43,7 +43,8 @@ def add_parser(subparsers) -> None:
                         "measured programs nearest it in the base model's embedding (kinds of "
                         "kernel speed up or slow down apart); 0: one factor for all "
                         "(default: %(default)s). Also how a fine-tuning rescales a base whose "
-                        "members are not all CDMPP models (the shipped default's XGBoost)")
+                        "members are not all CDMPP models (the shipped default's XGBoost), "
+                        "unless the folds of --weight-folds find one factor better")
     p.add_argument("--adapt", choices=("cmd", "mmd"), default=None,
                    help="domain adaptation towards every catalog task's default program here "
                         "(off by default: in the leave-one-device-out runs it helped little, and "

@@ -12,6 +12,14 @@ members were not fine-tuned on, each rescaled as the calibrated model would resc
 
     folds = [FoldPredictions(...) for each split of the measured tasks]  # `task_folds`
     w, err = choose_fold_weights([folds_of_split_1, folds_of_split_2], neighbors=5)
+    w, neighbors, err = choose_fold_rescale(splits, neighbors=5)  # 5, or 0: one factor
+
+How finely to rescale is chosen on the same folds (`choose_fold_rescale`): a factor per
+program, from its nearest measured programs, pays where the device's factor varies between
+kinds of kernel and the embeddings group those kinds (Zen 3: MAPE 43.1% against 47.1% with
+one factor, KMeans k = 20, rescale alone), and costs where it does not, as the few neighbours
+add noise (Zen 5: 25.2% against 24.3%; docs/cross_device.md, "KMeans against random in three
+metrics").
 """
 
 from __future__ import annotations
@@ -80,3 +88,15 @@ def choose_fold_weights(splits, neighbors: int, steps: int = 10) -> tuple[np.nda
                         for y, folds in zip(held, splits)])
 
     return best_on_grid(n.pop(), steps, error)
+
+
+def choose_fold_rescale(splits, neighbors: int, steps: int = 10) -> tuple[np.ndarray, int, float]:
+    """(weights, neighbors, error): `choose_fold_weights` with each program's factor from its
+    `neighbors` nearest and with one factor (0); the lower held-out MAPE wins, a tie keeps
+    `neighbors`."""
+    best = None
+    for k in dict.fromkeys((neighbors, 0)):  # `neighbors` first: it keeps a tie
+        w, err = choose_fold_weights(splits, k, steps)
+        if best is None or round(err, 12) < round(best[2], 12):
+            best = (w, k, err)
+    return best
