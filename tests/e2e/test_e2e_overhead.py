@@ -13,8 +13,6 @@ from cdmpp.e2e import overhead as oh
 from cdmpp.e2e.replay import CallOverhead
 
 
-
-
 def test_saved_beside_device_json_and_read_back(tmp_path, device):
     cal = _cal(device.device_id)
     path = oh.save_overhead(cal, device, root=tmp_path)
