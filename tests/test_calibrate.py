@@ -428,11 +428,11 @@ def test_without_a_model_it_starts_from_the_one_predict_uses_on_this_device(
 
     asked = []
 
-    def for_device(device):  # stands in for the shipped model of this CPU
+    def fitted_for(device):  # stands in for the shipped model of this CPU
         asked.append(device)
         return str(base_model)
 
-    monkeypatch.setattr(registry, "for_device", for_device)
+    monkeypatch.setattr(registry, "fitted_for", fitted_for)
     config = CalibrateConfig(out=str(tmp_path / "here"), tasks=2, programs_per_task=0,
                              rescale=True)
     info = calibrate(config, tasks=[MATMUL_64, SOFTMAX_SMALL], log=lambda m: None,
@@ -461,3 +461,75 @@ def test_the_base_reads_this_devices_vector_of_its_own_length_only():
     with pytest.raises(ValueError, match=f"old-model takes device vectors of length {n + 1}, "
                                          f"this cdmpp makes {n}"):
         base_device_vector(first(n + 1), device, "old-model")
+
+
+def _saved_tiny(data, latency_s, path, epochs: int = 60):
+    from cdmpp.model.config import ModelConfig, TrainConfig
+    from cdmpp.model.estimator import CDMPPRegressor
+    from cdmpp.model.registry import save_estimator
+
+    model = CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                       head_hidden=(16,)),
+                           TrainConfig(epochs=epochs, batch_size=4, lr=1e-2, threads=1, seed=0))
+    return str(save_estimator(model.fit(data.programs, latency_s), path))
+
+
+@pytest.fixture
+def two_bases(fixture_dbs, tmp_path):
+    """The fixture's real programs, and two models of them: one trained on their labels, one on
+    the labels shuffled, which one factor cannot map onto the measurements."""
+    data = fixture_data(fixture_dbs, tmp_path)
+    shuffled = np.random.default_rng(0).permutation(data.latency_s)
+    return (data, _saved_tiny(data, data.latency_s, tmp_path / "fits"),
+            _saved_tiny(data, shuffled, tmp_path / "shuffled"))
+
+
+def test_choose_base_takes_the_model_one_factor_maps_best_onto_the_measurements(two_bases):
+    from cdmpp.calibrate import choose_base
+    from cdmpp.device import local_device
+    from cdmpp.model.registry import load_estimator
+    from cdmpp.model.scaled import median_ratio
+
+    data, fits, shuffled = two_bases
+    for names in ([shuffled, fits], [fits, shuffled]):
+        name, spreads = choose_base(names, local_device(), data.programs, data.latency_s)
+        assert name == fits and list(spreads) == names
+        assert spreads[fits] < spreads[shuffled]
+    # the spread: mean |log measured / predicted| once rescaled by the median ratio
+    predicted = load_estimator(fits).predict(data.programs)
+    predicted = predicted * median_ratio(data.latency_s, predicted)
+    assert spreads[fits] == pytest.approx(np.mean(np.abs(np.log(data.latency_s / predicted))))
+
+
+def test_with_no_base_named_and_none_fitted_here_calibrate_chooses_it_by_measurement(
+        two_bases, fixture_dbs, tmp_path, monkeypatch):
+    from conftest import SOFTMAX_SMALL
+
+    import cdmpp.calibrate as cal
+    import cdmpp.model.registry as registry
+    from cdmpp.device import local_device
+    from cdmpp.model.registry import read_meta
+
+    data, fits, shuffled = two_bases
+    here = local_device()
+    for db in fixture_dbs:  # real measurements of three operators, claimed for this device
+        (db / "device.json").write_text(json.dumps({"device_id": here.device_id}))
+    monkeypatch.setattr(registry, "shipped_device_models", lambda: [shuffled, fits])
+    monkeypatch.setattr(registry, "fitted_for", lambda device: None)  # a CPU none knows
+    logs = []
+
+    def rescale(out, **kw):
+        config = CalibrateConfig(out=str(tmp_path / out), tasks=0, rescale=True,
+                                 data=tuple(str(db) for db in fixture_dbs), **kw)
+        return calibrate(config, tasks=[SOFTMAX_SMALL], log=logs.append, progress=False)
+
+    info = rescale("chosen")
+    assert info["base_model"] == fits and set(info["base_spreads"]) == {fits, shuffled}
+    assert read_meta(tmp_path / "chosen")["trained_on"]["base_model"] == fits
+    assert any(m.startswith(f"base chosen by the {len(data.latency_s)} programs measured "
+                            f"here: {fits}") for m in logs)
+    # a base named is kept; with too few programs to choose by, so is `default`
+    assert rescale("named", model=shuffled)["base_spreads"] == {}
+    monkeypatch.setattr(cal, "MIN_PROGRAMS_TO_CHOOSE", len(data.latency_s) + 1)
+    info = rescale("few")
+    assert info["base_model"] == "default" and info["base_spreads"] == {}

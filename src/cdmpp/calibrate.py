@@ -16,6 +16,11 @@
    other kinds (the shipped default's XGBoost) are kept, their weights chosen again for this
    device on its tasks held out by fold, and the whole rescaled (`fine_tuned_model`).
 
+Without a base named (`model=None`): the shipped model fitted for this device or its
+processor, or on a CPU none is fitted for, the shipped model whose predictions one factor maps
+best onto what step 2 measured (`choose_base`): a new CPU is often one a model knows, at
+another speed.
+
 With `rescale`, step 3 fine-tunes nothing: the base model, asked about this device (zero-shot
 from its device vector when the model never saw it), is multiplied by one factor, the median of
 measured / predicted over the programs measured (`model.scaled`); with `neighbors` (5 by
@@ -77,6 +82,15 @@ RESCALE_TASKS = 20
 # 9 of 9 networks at batch 1, 4 -> 7 of 7 CNNs at batch 4 (docs/cross_device.md, "A factor per
 # kind of kernel").
 RESCALE_NEIGHBORS = 5
+# With no base named and no shipped model fitted for this CPU, the base is the shipped model
+# whose predictions one factor maps best onto what was measured here (`choose_base`), once at
+# least this many programs are measured. Measured on an Intel Xeon VM no model had seen (the
+# same microarchitecture as `emeraldrapids`'s VM, 0.74x its times within a std(log) of 0.08):
+# from 20 default programs, `emeraldrapids` spread 0.07 against `default`'s 0.17, and the
+# 678 programs of 311 unmeasured tasks came out at 14.1% MAPE rescaled from it against 29.9%
+# from `default`, 13.4% against 16.6% after a 10-minute calibration (docs/cross_device.md, "A
+# sixth CPU").
+MIN_PROGRAMS_TO_CHOOSE = 10
 # A base holding other kinds beside its CDMPP models has its top-level weights chosen again for
 # the device: by this many folds of the measured tasks, over this many splits of them, the
 # MAPEs averaged (one split's choice moved by up to 0.3 with its seed; two chose weights within
@@ -377,7 +391,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     from cdmpp.device import local_device
     from cdmpp.features.samples import target_device_id
     from cdmpp.measure.collect import claim_measured_device
-    from cdmpp.model.registry import check_output_dir, for_device, load_estimator, save_estimator
+    from cdmpp.model.registry import (check_output_dir, fitted_for, load_estimator,
+                                      save_estimator, shipped_device_models)
     from cdmpp.model.scaled import ScaledRegressor, unscaled
     from cdmpp.programs.catalog import select
 
@@ -393,8 +408,11 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         find_databases(path)  # a wrong --data fails before anything is written or measured
     check_output_dir(config.out)  # else found only when saving, after all the measuring
     here = local_device(config.threads, config.mcpu)
+    choices = []  # shipped bases to choose from once measured: no base named, none fitted here
     if config.model is None:
-        config = replace(config, model=for_device(here))
+        fitted = fitted_for(here)
+        config = replace(config, model=fitted or "default")
+        choices = [] if fitted else shipped_device_models()
     candidates = list(tasks) if tasks is not None else select(config.ops, config.networks)
     base = unscaled(load_estimator(config.model))  # a rescaled base: start from its own base
     # members of other kinds (the shipped default's XGBoost) stay in the model, which is
@@ -428,6 +446,19 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
         raise RuntimeError(f"only {len(train.latency_s)} program(s) measured in "
                            f"{config.data_dir}" + "".join(f", {d}" for d in config.data) +
                            (": raise the budget" if measure else ""))
+    spreads = {}
+    if len(choices) > 1 and len(train.latency_s) >= MIN_PROGRAMS_TO_CHOOSE:
+        name, spreads = choose_base(choices, device, train.programs, train.latency_s)
+        log(f"base chosen by the {len(train.latency_s)} programs measured here: {name} "
+            "(mean |log measured / predicted| after one factor: " +
+            ", ".join(f"{n} {v:.3f}" for n, v in spreads.items()) + ")")
+        if name != config.model:
+            config = replace(config, model=name)
+            base = unscaled(load_estimator(name))
+            members = cdmpp_members(base, name)
+            vector = base_device_vector(members[0], device, name)
+            if everything is not None:
+                everything = everything.with_device(vector)
     if config.rescale:
         model = rescaled_model(config.model, device, vector, train.programs, train.latency_s,
                                config.neighbors)
@@ -442,7 +473,8 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
                                  train.latency_s, config, vector,
                                  unlabeled=everything if config.adapt else None, log=log,
                                  progress=progress)
-    info = {"base_model": str(config.model), "device_id": device.device_id,
+    info = {"base_model": str(config.model), "base_spreads": spreads,
+            "device_id": device.device_id,
             "selection": config.selection if measure else None, "tasks": measured,
             "earlier_tasks": earlier,
             "records": int(len(train.latency_s)), "data": str(config.data_dir),
@@ -490,6 +522,25 @@ def rescaled_model(spec, device, vector, programs, latency_s, neighbors: int = 0
         here = device.device_id if knows_device(spec, device.device_id) else device
         base = load_estimator(spec, for_device=here)
     return ScaledRegressor(unscaled(base), neighbors).fit(programs, latency_s)
+
+
+def choose_base(names, device, programs, latency_s) -> tuple[str, dict[str, float]]:
+    """The model of `names` whose predictions for `device` (as `rescaled_model` asks it) one
+    factor maps best onto `latency_s` measured here: the least mean |log(measured /
+    predicted)| once each is rescaled by its median ratio. A device like one a model was fitted
+    for differs from it mostly by its speed; returns the name and every model's spread."""
+    import numpy as np
+
+    from cdmpp.model.registry import load_estimator
+
+    latency_s = np.asarray(latency_s, dtype=np.float64)
+    spreads = {}
+    for name in names:
+        first = cdmpp_members(load_estimator(name), name)[0]
+        vector = base_device_vector(first, device, name)
+        model = rescaled_model(name, device, vector, programs, latency_s)
+        spreads[name] = float(np.mean(np.abs(np.log(latency_s / model.predict(programs)))))
+    return min(spreads, key=spreads.get), spreads
 
 
 def _check_data_devices(data, device_ids: tuple) -> None:

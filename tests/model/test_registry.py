@@ -132,6 +132,9 @@ def test_shipped_models_know_their_device():
     assert registry.for_device(zen4) == "default" and registry.for_device(zen5) == "zen5"
     assert registry.for_device(intel) == "emeraldrapids" and registry.for_device(zen3) == "zen3"
     assert registry.for_device("0123456789abcdef") == "default"
+    # which `calibrate` tells apart: Zen 4's own model, and none for a CPU no model knows
+    assert registry.fitted_for(zen4) == "default"
+    assert registry.fitted_for("0123456789abcdef") is None
 
 
 def test_default_is_the_ensemble_of_the_seeds_and_xgboost_of_the_zen4_vm():

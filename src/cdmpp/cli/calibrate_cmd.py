@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
                    help="the calibrated model; its measurements go to MODEL_DIR.data/")
     p.add_argument("--model", default=None, metavar="BASE",
                    help="the model to start from (default: the shipped model of this CPU, "
-                        "the one predict, e2e and tune use here; `default` on a CPU with none)")
+                        "the one predict, e2e and tune use here; on a CPU with none, the "
+                        "shipped model one factor maps best onto the programs measured)")
     p.add_argument("--budget-minutes", type=positive_float, default=None, metavar="M",
                    help="total time; without --tasks it also decides how many tasks fit")
     p.add_argument("--tasks", type=non_negative_int, default=None, metavar="K",

@@ -73,7 +73,8 @@ def shipped_model_line(device) -> str:
         return (f"model      {name}, fitted for device {fitted}: the same processor and TVM "
                 "target as this one, other CPU flags")
     return (f"model      {name}, fitted for device {fitted}, not this one: its predictions are "
-            "that device's latencies (`cdmpp calibrate` fits it here)")
+            "that device's latencies (`cdmpp calibrate` fits a model here, starting from the "
+            "shipped one that best matches what it measures)")
 
 
 def also_knowing_line(device) -> str | None:

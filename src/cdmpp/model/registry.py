@@ -301,7 +301,7 @@ def same_processor_known(spec: str | Path, device) -> str | None:
     whose device.json is at hand (the shipped models' and `spec`'s own); else None."""
     from cdmpp.device import same_processor
 
-    known = [fitted_device(name) for name in _shipped_device_models()] + [fitted_device(spec)]
+    known = [fitted_device(name) for name in shipped_device_models()] + [fitted_device(spec)]
     for other in known:
         if (other is not None and other.device_id != device.device_id
                 and knows_device(spec, other.device_id) and same_processor(other, device)):
@@ -447,7 +447,7 @@ def _widest_shipped() -> str | None:
     ask about a device no model knows (a model without Zen 4's records, asked about it
     zero-shot: 15 of 18 untuned networks within 10%, docs/cross_device.md)."""
     best, most = None, 1
-    for name in _shipped_device_models():
+    for name in shipped_device_models():
         n = len(device_vectors(name))
         if n > most:
             best, most = name, n
@@ -462,30 +462,36 @@ def also_knowing(device) -> list[str]:
     from cdmpp.device import Device
 
     if not isinstance(device, Device):
-        return [name for name in _shipped_device_models()
+        return [name for name in shipped_device_models()
                 if fitted_device_id(name) != device and device in device_vectors(name)]
     chosen = for_device(device)
-    return [name for name in _shipped_device_models()
+    return [name for name in shipped_device_models()
             if name != chosen and fitted_device_id(name) != device.device_id
             and (device.device_id in device_vectors(name)
                  or same_processor_known(name, device) is not None)]
 
 
-def _shipped_device_models() -> list[str]:
+def shipped_device_models() -> list[str]:
     """The names of `DEVICE_MODELS` this build ships (a build may leave some out)."""
     return [name for name in DEVICE_MODELS if (SHIPPED_DIR / SHIPPED[name] / META_FILE).is_file()]
 
 
 def for_device(device) -> str:
+    """The name of the shipped cdmpp model fitted for `device` (`fitted_for`), else "default":
+    what `predict` and `e2e` use when no --model is given."""
+    return fitted_for(device) or "default"
+
+
+def fitted_for(device) -> str | None:
     """The name of the shipped cdmpp model fitted for `device` (a `Device` or a device id:
-    "zen5" on the Zen 5 VM, "emeraldrapids" on the Intel one, "zen3" on the Zen 3 one), else,
-    for a `Device`, the one fitted for the same processor (`device.same_processor`: another VM
-    of it, whose hypervisor shows other CPU flags), else "default": what `predict` and `e2e`
-    use when no --model is given."""
+    "default" on the Zen 4 VM, "zen5" on the Zen 5 VM, "emeraldrapids" on the Intel one, "zen3"
+    on the Zen 3 one), else, for a `Device`, the one fitted for the same processor
+    (`device.same_processor`: another VM of it, whose hypervisor shows other CPU flags), else
+    None: a CPU no shipped model knows."""
     from cdmpp.device import Device, same_processor
 
     device_id = device.device_id if isinstance(device, Device) else device
-    names = _shipped_device_models()
+    names = shipped_device_models()
     for name in names:
         if fitted_device_id(name) == device_id:
             return name
@@ -494,4 +500,4 @@ def for_device(device) -> str:
             theirs = fitted_device(name)
             if theirs is not None and same_processor(theirs, device):
                 return name
-    return "default"
+    return None
