@@ -85,11 +85,11 @@ RESCALE_NEIGHBORS = 5
 # With no base named and no shipped model fitted for this CPU, the base is the shipped model
 # whose predictions one factor maps best onto what was measured here (`choose_base`), once at
 # least this many programs are measured. Measured on an Intel Xeon VM no model had seen (the
-# same microarchitecture as `emeraldrapids`'s VM, 0.74x its times within a std(log) of 0.08):
-# from 20 default programs, `emeraldrapids` spread 0.07 against `default`'s 0.17, and the
-# 678 programs of 311 unmeasured tasks came out at 14.1% MAPE rescaled from it against 29.9%
-# from `default`, 13.4% against 16.6% after a 10-minute calibration (docs/cross_device.md, "A
-# sixth CPU").
+# same microarchitecture as `emeraldrapids`'s VM, 0.74x its times within a std(log) of 0.08),
+# on the 678 programs of 311 tasks no run measured: a rescale's 20 default programs chose
+# `zen3` (spread 0.124; `emeraldrapids` 0.134, `default` 0.373), 16.8% MAPE against 29.9%
+# rescaled from `default`; a 10-minute KMeans calibration's 956 chose `emeraldrapids` (0.169;
+# the others 0.193-0.287), 13.4% against 16.6% (docs/cross_device.md, "A sixth CPU").
 MIN_PROGRAMS_TO_CHOOSE = 10
 # A base holding other kinds beside its CDMPP models has its top-level weights chosen again for
 # the device: by this many folds of the measured tasks, over this many splits of them, the
