@@ -518,18 +518,21 @@ def test_with_no_base_named_and_none_fitted_here_calibrate_chooses_it_by_measure
     monkeypatch.setattr(registry, "fitted_for", lambda device: None)  # a CPU none knows
     logs = []
 
-    def rescale(out, **kw):
-        config = CalibrateConfig(out=str(tmp_path / out), tasks=0, rescale=True,
+    def run(out, **kw):
+        config = CalibrateConfig(out=str(tmp_path / out), tasks=0,
                                  data=tuple(str(db) for db in fixture_dbs), **kw)
         return calibrate(config, tasks=[SOFTMAX_SMALL], log=logs.append, progress=False)
 
-    info = rescale("chosen")
+    info = run("chosen", rescale=True)
     assert info["base_model"] == fits and set(info["base_spreads"]) == {fits, shuffled}
     assert read_meta(tmp_path / "chosen")["trained_on"]["base_model"] == fits
     assert any(m.startswith(f"base chosen by the {len(data.latency_s)} programs measured "
                             f"here: {fits}") for m in logs)
+    # a fine-tuning (here with adaptation towards the tasks' default programs) starts from it
+    info = run("fine-tuned", epochs=1, adapt="mmd")
+    assert info["base_model"] == fits and info["fine_tunes"] == FINE_TUNES
     # a base named is kept; with too few programs to choose by, so is `default`
-    assert rescale("named", model=shuffled)["base_spreads"] == {}
+    assert run("named", model=shuffled, rescale=True)["base_spreads"] == {}
     monkeypatch.setattr(cal, "MIN_PROGRAMS_TO_CHOOSE", len(data.latency_s) + 1)
-    info = rescale("few")
+    info = run("few", rescale=True)
     assert info["base_model"] == "default" and info["base_spreads"] == {}
