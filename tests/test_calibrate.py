@@ -36,14 +36,16 @@ def fixture_data(fixture_dbs, tmp_path):
     return labeled(store, samples, np.arange(samples.num_rows))
 
 
-def tiny_cdmpp(data, seed: int):
+def tiny_cdmpp(data, seed: int, latency_s=None, **train):
+    """A tiny CDMPP model fitted on `data`'s programs and labels (or `latency_s`)."""
     from cdmpp.model.config import ModelConfig, TrainConfig
     from cdmpp.model.estimator import CDMPPRegressor
 
+    train = {"epochs": 2, "batch_size": 8, **train}
     return CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
                                       head_hidden=(16,)),
-                          TrainConfig(epochs=2, batch_size=8, threads=1, seed=seed)).fit(
-        data.programs, data.latency_s)
+                          TrainConfig(threads=1, seed=seed, **train)).fit(
+        data.programs, data.latency_s if latency_s is None else latency_s)
 
 
 def test_calibrate_measures_the_chosen_tasks_and_saves_a_usable_model(base_model, tmp_path):
@@ -463,15 +465,11 @@ def test_the_base_reads_this_devices_vector_of_its_own_length_only():
         base_device_vector(first(n + 1), device, "old-model")
 
 
-def _saved_tiny(data, latency_s, path, epochs: int = 60):
-    from cdmpp.model.config import ModelConfig, TrainConfig
-    from cdmpp.model.estimator import CDMPPRegressor
+def _saved_tiny(data, latency_s, path):
     from cdmpp.model.registry import save_estimator
 
-    model = CDMPPRegressor(ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                                       head_hidden=(16,)),
-                           TrainConfig(epochs=epochs, batch_size=4, lr=1e-2, threads=1, seed=0))
-    return str(save_estimator(model.fit(data.programs, latency_s), path))
+    model = tiny_cdmpp(data, 0, latency_s, epochs=60, batch_size=4, lr=1e-2)
+    return str(save_estimator(model, path))
 
 
 @pytest.fixture
