@@ -454,9 +454,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             ", ".join(f"{n} {v:.3f}" for n, v in spreads.items()) + ")")
         if name != config.model:
             config = replace(config, model=name)
-            base = unscaled(load_estimator(name))
-            members = cdmpp_members(base, name)
-            vector = base_device_vector(members[0], device, name)
+            base, members, vector = _base_parts(name, device)
             if everything is not None:
                 everything = everything.with_device(vector)
     if config.rescale:
@@ -531,16 +529,23 @@ def choose_base(names, device, programs, latency_s) -> tuple[str, dict[str, floa
     for differs from it mostly by its speed; returns the name and every model's spread."""
     import numpy as np
 
-    from cdmpp.model.registry import load_estimator
-
     latency_s = np.asarray(latency_s, dtype=np.float64)
     spreads = {}
     for name in names:
-        first = cdmpp_members(load_estimator(name), name)[0]
-        vector = base_device_vector(first, device, name)
-        model = rescaled_model(name, device, vector, programs, latency_s)
+        model = rescaled_model(name, device, _base_parts(name, device)[2], programs, latency_s)
         spreads[name] = float(np.mean(np.abs(np.log(latency_s / model.predict(programs)))))
     return min(spreads, key=spreads.get), spreads
+
+
+def _base_parts(name, device):
+    """(base, its CDMPP members, the device vector of `device` they read) of model `name`,
+    under any rescale."""
+    from cdmpp.model.registry import load_estimator
+    from cdmpp.model.scaled import unscaled
+
+    base = unscaled(load_estimator(name))
+    members = cdmpp_members(base, name)
+    return base, members, base_device_vector(members[0], device, name)
 
 
 def _check_data_devices(data, device_ids: tuple) -> None:
