@@ -126,6 +126,16 @@ def test_tasks_0_fine_tunes_on_data_of_this_device_and_refuses_another_device(
     after = load_estimator(tmp_path / "from-fixed").predict(programs)
     assert not np.allclose(before, after)
 
+    # --balance: each source weighs the same, whatever its program count
+    logs = []
+    info = calibrate(CalibrateConfig(out=str(tmp_path / "balanced"), model=str(base_model),
+                                     tasks=0, epochs=1, balance=True,
+                                     data=tuple(str(db) for db in fixture_dbs)),
+                     tasks=[SOFTMAX_SMALL], log=logs.append, progress=False)
+    assert info["balanced"] and read_meta(tmp_path / "balanced")["trained_on"]["balanced"]
+    said = next(m for m in logs if m.startswith("each source weighs the same"))
+    assert all(str(db) in said for db in fixture_dbs)
+
     # a database without device.json (as TVM's tuner writes them) is taken when its records'
     # target is this machine's
     tuner_db = tmp_path / "tuner-db"
@@ -392,6 +402,59 @@ def test_a_base_holding_other_kinds_is_fine_tuned_once_unless_told():
     assert fine_tunes_for(mixed, config) == FINE_TUNES_BESIDE_OTHERS == 1
     assert fine_tunes_for(DefaultExpertRegressor.from_fitted(mixed, object()), config) == 1
     assert fine_tunes_for(mixed, replace(config, fine_tunes=2)) == 2
+
+
+def test_balanced_weights_give_every_source_the_same_total_and_a_mean_of_one():
+    from cdmpp.calibrate import balanced_weights
+
+    sources = ["kernels", "catalog", "catalog", "catalog", "kernels", "catalog"]
+    weight = balanced_weights(sources)
+    assert np.isclose(weight.mean(), 1.0)
+    by_source = {s: weight[[i for i, x in enumerate(sources) if x == s]] for s in set(sources)}
+    assert np.isclose(by_source["kernels"].sum(), by_source["catalog"].sum())
+    assert all(np.all(w == w[0]) for w in by_source.values())  # alike within a source
+    np.testing.assert_array_equal(balanced_weights(["a", "a"]), [1.0, 1.0])
+    with pytest.raises(ValueError, match="nothing to balance"):
+        CalibrateConfig(out="unused", rescale=True, balance=True)
+
+
+def test_the_weights_reach_every_fine_tuning_the_folds_included(monkeypatch):
+    """fine_tuned_model hands each fine-tuning the weights of the programs it is given: all of
+    them for the model kept, each fold's own for the folds that choose a mixed base's weights."""
+    from types import SimpleNamespace
+
+    import cdmpp.calibrate as cal
+
+    given = []
+    monkeypatch.setattr(cal, "fine_tune_members",
+                        lambda members, programs, y, *a, weight=None, **k: given.append(
+                            (list(programs.task), None if weight is None else list(weight))))
+    monkeypatch.setattr(cal, "holds_other_kinds", lambda model: False)
+    monkeypatch.setattr(cal, "_with_copies", lambda base, copies: base)
+    programs = SimpleNamespace(task=("a", "b", "c"))
+    weight = np.array([0.5, 2.0, 0.5])
+    cal.fine_tuned_model(object(), [], programs, np.ones(3), CalibrateConfig(out="unused"),
+                         vector=None, weight=weight, progress=False)
+    assert given == [(["a", "b", "c"], [0.5, 2.0, 0.5])]
+
+    given.clear()
+
+    class Subsettable(SimpleNamespace):
+        def subset(self, rows):
+            return Subsettable(task=tuple(self.task[i] for i in rows))
+
+    monkeypatch.setattr(cal, "_member_outputs", lambda model, programs: ([], []))
+    monkeypatch.setattr(cal, "FoldPredictions", lambda *a: None, raising=False)
+    import cdmpp.model.fold_weights as fw
+
+    monkeypatch.setattr(fw, "choose_fold_rescale", lambda splits, n: ([1.0], 0, 0.1))
+    four = Subsettable(task=("a", "b", "c", "d"))
+    cal.fold_chosen_weights(SimpleNamespace(weights_=[1.0]), [], four, np.ones(4),
+                            CalibrateConfig(out="unused", weight_folds=2), vector=None,
+                            weight=np.array([1.0, 2.0, 3.0, 4.0]))
+    assert len(given) == 2 * cal.WEIGHT_SPLITS
+    for tasks, w in given:  # each fold fine-tuned on its own programs with their own weights
+        assert w == [{"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}[t] for t in tasks]
 
 
 def test_a_default_program_expert_is_kept_for_its_own_device_only(monkeypatch):

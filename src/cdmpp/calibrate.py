@@ -14,7 +14,9 @@
    domain adaptation towards the default programs of every catalog task on this device, and
    save it: `cdmpp predict --model OUT`. With `tasks=0` nothing new is measured. Members of
    other kinds (the shipped default's XGBoost) are kept, their weights chosen again for this
-   device on its tasks held out by fold, and the whole rescaled (`fine_tuned_model`).
+   device on its tasks held out by fold, and the whole rescaled (`fine_tuned_model`). With
+   `balance`, each source (this run's data directory, each of `data`) weighs the same in the
+   fine-tuning, so a network's few kernels are not lost among hundreds of catalog programs.
 
 Without a base named (`model=None`): the shipped model fitted for this device or its
 processor, or on a CPU none is fitted for, the shipped model whose predictions one factor maps
@@ -40,6 +42,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -130,6 +133,9 @@ class CalibrateConfig:
     # a base holding other kinds: its top-level weights chosen for this device by this many
     # folds of the measured tasks (`fold_chosen_weights`); 0 keeps the base's weights
     weight_folds: int = WEIGHT_FOLDS
+    # fine-tuning: every source of programs (this data directory, each of `data`) weighs the
+    # same in the loss and in the choice of epoch, however many programs it holds
+    balance: bool = False
 
     def __post_init__(self):
         if self.fine_tunes is not None and self.fine_tunes < 1:
@@ -144,6 +150,10 @@ class CalibrateConfig:
                              f"{self.weight_folds}")
         if self.rescale and self.adapt:
             raise ValueError("rescale trains nothing, so there is nothing to adapt: drop adapt")
+        if self.rescale and self.balance:
+            raise ValueError("rescale trains nothing, so there is nothing to balance (each "
+                             "program's factor already comes from the measured programs "
+                             "nearest it): drop balance")
 
     @property
     def data_dir(self) -> Path:
@@ -231,7 +241,7 @@ def fine_tunes_for(base, config: CalibrateConfig) -> int:
 
 
 def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig, vector,
-                     unlabeled=None, log=None, progress: bool = True):
+                     unlabeled=None, log=None, progress: bool = True, weight=None):
     """The calibrated model: `fine_tunes_for` fine-tuned copies of each of `members` (the
     CDMPP members of `base`, which stay untouched) in the place of each, all copies of one
     ensemble's members in one ensemble, in member order, each copy with its member's weight;
@@ -240,7 +250,8 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
     (`fold_chosen_weights`, unless `config.weight_folds` is 0), and the rebuilt model is
     rescaled on the same programs (`ScaledRegressor`, each program's factor from its
     `config.neighbors` nearest, or one factor where the same folds find that better), which
-    takes their predictions to this device. A
+    takes their predictions to this device. `weight`: each program's weight in the
+    fine-tunings' loss and choice of epoch (None: all alike; the rescale is not weighted). A
     default-program expert of `base` is kept when it was fitted for this device (its device
     vector is `vector`), else dropped: its trees know the default programs of the device it
     was fitted on, not this one."""
@@ -255,9 +266,9 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
         base, expert = base.model_, base
     others = holds_other_kinds(base)
     chosen = fold_chosen_weights(base, members, programs, latency_s, config, vector,
-                                 unlabeled=unlabeled, log=log) if others else None
+                                 unlabeled=unlabeled, log=log, weight=weight) if others else None
     model = _fine_tuned(base, members, programs, latency_s, config, vector, unlabeled, log,
-                        progress)
+                        progress, weight)
     neighbors = config.neighbors
     if chosen is not None:
         weights, neighbors = chosen
@@ -281,18 +292,19 @@ def fine_tuned_model(base, members, programs, latency_s, config: CalibrateConfig
 
 
 def _fine_tuned(base, members, programs, latency_s, config: CalibrateConfig, vector,
-                unlabeled=None, log=None, progress: bool = True):
+                unlabeled=None, log=None, progress: bool = True, weight=None):
     """`base` rebuilt with `fine_tunes_for` fine-tuned copies of each of `members`."""
     count = fine_tunes_for(base, config)
     copies = {id(m): [copy.deepcopy(m) for _ in range(count)] for m in members}
     # by id: a model held twice is fine-tuned once
     fine_tune_members([c for found in copies.values() for c in found], programs, latency_s,
-                      config, vector, unlabeled=unlabeled, log=log, progress=progress)
+                      config, vector, unlabeled=unlabeled, log=log, progress=progress,
+                      weight=weight)
     return _with_copies(base, copies)
 
 
 def fold_chosen_weights(base, members, programs, latency_s, config: CalibrateConfig, vector,
-                        unlabeled=None, log=None):
+                        unlabeled=None, log=None, weight=None):
     """(weights, neighbors) for this device: the weights of the top-level members of `base`
     (an ensemble holding other kinds) and how finely the calibrated model is rescaled, each
     program by its `config.neighbors` nearest or by one factor (0); or None to keep the base's
@@ -325,7 +337,8 @@ def fold_chosen_weights(base, members, programs, latency_s, config: CalibrateCon
                 f"fold {k + 1} of {folds}")
             fit, held = np.flatnonzero(fold_of != k), np.flatnonzero(fold_of == k)
             model = _fine_tuned(base, members, programs.subset(fit), y[fit], config, vector,
-                                unlabeled, progress=False)
+                                unlabeled, progress=False,
+                                weight=None if weight is None else np.asarray(weight)[fit])
             found.append(FoldPredictions(*_member_outputs(model, programs.subset(fit)), y[fit],
                                          *_member_outputs(model, programs.subset(held)),
                                          y[held]))
@@ -368,7 +381,7 @@ def _with_copies(model, copies: dict):
 
 
 def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vector,
-                      unlabeled=None, log=None, progress: bool = True) -> None:
+                      unlabeled=None, log=None, progress: bool = True, weight=None) -> None:
     """Fine-tune each member in place (seed `config.seed + i`) and give it the device vector."""
     import numpy as np
 
@@ -380,7 +393,8 @@ def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vec
         tc = fine_tune_config(member.train_config_, epochs=config.epochs, adapt=config.adapt,
                               adapt_weight=config.adapt_weight, seed=config.seed + i)
         member.progress = progress
-        member.fine_tune(programs, latency_s, train_config=tc, unlabeled=unlabeled)
+        member.fine_tune(programs, latency_s, train_config=tc, unlabeled=unlabeled,
+                         sample_weight=weight)
         if vector is not None:
             member.device_vector_ = np.asarray(vector, dtype=np.float64)
 
@@ -436,7 +450,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
     # every task measured in the data directory: those of earlier runs too (a rerun with
     # another budget or k chooses other tasks; what was measured for this device still counts);
     # --data's devices were checked above
-    train, n_extra = _training_programs(config.data_dir, None, config.data)
+    train, n_extra, sources = _training_programs(config.data_dir, None, config.data)
     tasks_of_rows = list(train.programs.task or ())
     n_own = len(tasks_of_rows) - n_extra
     have = set(tasks_of_rows[:n_own])
@@ -467,10 +481,15 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             + (f"; each program by its {config.neighbors} nearest of them" if config.neighbors
                else ""))
     else:
+        weight = balanced_weights(sources) if config.balance else None
+        if weight is not None:
+            each, counts = dict(zip(sources, weight)), Counter(sources)
+            log("each source weighs the same: " + ", ".join(
+                f"{src} {counts[src]} programs x{w:.2f}" for src, w in each.items()))
         model = fine_tuned_model(base, members, train.programs.with_device(vector),
                                  train.latency_s, config, vector,
                                  unlabeled=everything if config.adapt else None, log=log,
-                                 progress=progress)
+                                 progress=progress, weight=weight)
     info = {"base_model": str(config.model), "base_spreads": spreads,
             "device_id": device.device_id,
             "selection": config.selection if measure else None, "tasks": measured,
@@ -479,6 +498,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_data": [str(d) for d in config.data],
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
+            "balanced": config.balance,
             "adapt": config.adapt, "fine_tunes": 0 if config.rescale else fine_tunes_for(base, config),
             # a base's top-level weights, chosen for this device when it holds other kinds
             **({"weights": _top_weights(model)}
@@ -598,8 +618,21 @@ def measured_programs(data_dir: Path, tasks=None, extra=(), device_ids: tuple = 
     return _training_programs(data_dir, tasks, extra, device_ids)[0]
 
 
+def balanced_weights(sources) -> "np.ndarray":
+    """Each program's weight when every source weighs the same in all: 1 / (its source's
+    program count), scaled to a mean of 1 (the loss keeps its size, so the learning rate its
+    meaning)."""
+    import numpy as np
+
+    _, index, counts = np.unique(np.asarray(sources, dtype=object).astype(str),
+                                 return_inverse=True, return_counts=True)
+    weight = 1.0 / counts[index]
+    return weight * (len(weight) / weight.sum())
+
+
 def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
-    """(`measured_programs`, how many of them come from `extra`: the last ones). Records of
+    """(`measured_programs`, how many of them come from `extra`: the last ones, the database
+    each program comes from). Records of
     `extra` whose device is not in `device_ids` (this device's names; empty: any) are an error
     naming the database: a calibration learns this device's latencies only."""
     import numpy as np
@@ -620,8 +653,8 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     own_root, wanted = Path(data_dir).resolve(), None if tasks is None else set(tasks)
     own, others = [], []
     latency = samples.column("latency_s").to_numpy()
-    for i, (db, task) in enumerate(zip(samples.column("db").to_pylist(),
-                                       samples.column("task").to_pylist())):
+    dbs = samples.column("db").to_pylist()
+    for i, (db, task) in enumerate(zip(dbs, samples.column("task").to_pylist())):
         if Path(db).resolve() == own_root:
             if (wanted is None or task in wanted) and np.isfinite(latency[i]):
                 own.append(i)
@@ -632,4 +665,5 @@ def _training_programs(data_dir: Path, tasks, extra=(), device_ids: tuple = ()):
     # flagged as at prediction time, where a model's default-program expert joins on them: a
     # rescale's factor is learned from the predictions it will scale
     flags = default_program_mask(samples, rows)
-    return replace(data, programs=replace(data.programs, default=flags)), len(others)
+    return (replace(data, programs=replace(data.programs, default=flags)), len(others),
+            [dbs[i] for i in rows])

@@ -155,6 +155,27 @@ def test_calibrated_device_vector_is_the_default_and_persists(slice_data, tmp_pa
                                expected)
 
 
+def test_fine_tune_follows_the_programs_weighted_most(fitted, slice_data):
+    import copy
+
+    train, _ = slice_data
+    # half the programs (every other one, so every task has both halves) told to run 3x
+    # slower: a fine-tuning that weights that half predicts it slower than one weighting the rest
+    slow = np.arange(len(train.latency_s)) % 2 == 1
+    y = np.where(slow, 3.0 * train.latency_s, train.latency_s)
+    tc = TrainConfig(epochs=10, batch_size=16, lr=1e-2, patience=10, threads=1)
+    predicted = {}
+    for name, heavy in (("slow", slow), ("rest", ~slow)):
+        model = copy.deepcopy(fitted)
+        model.fine_tune(train.programs, y, train_config=tc,
+                        sample_weight=np.where(heavy, 1.0, 0.01))
+        predicted[name] = np.log(model.predict(train.programs.subset(np.flatnonzero(slow))))
+    assert np.mean(predicted["slow"]) > np.mean(predicted["rest"]) + np.log(1.5)
+    with pytest.raises(ValueError, match="sample_weight"):
+        copy.deepcopy(fitted).fine_tune(train.programs, y, train_config=tc,
+                                        sample_weight=np.ones(3))
+
+
 def test_fine_tune_head_only_keeps_the_program_encoder(fitted, slice_data):
     import copy
 

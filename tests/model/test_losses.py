@@ -43,3 +43,15 @@ def test_a_small_gap_counts_less_beside_a_large_one():
     pairwise_rank_loss(pred, z, torch.tensor([0, 0, 0])).backward()
     # program 1 is 0.02 above program 0 and 1.98 below program 2: pushed down, not up
     assert pred.grad[1] > 0
+
+
+def test_a_batch_whose_weights_are_all_zero_adds_nothing():
+    from cdmpp.model.losses import make_loss
+
+    loss = make_loss("paper")
+    pred = torch.tensor([0.5, 1.0], requires_grad=True)
+    value = loss(pred, torch.tensor([0.0, 2.0]), torch.zeros(2))
+    value.backward()
+    assert value.item() == 0.0 and torch.all(pred.grad == 0)
+    weighted = loss(pred, torch.tensor([0.0, 2.0]), torch.tensor([1.0, 0.0]))
+    assert torch.isclose(weighted, loss(pred[:1], torch.tensor([0.0])))  # the other ignored

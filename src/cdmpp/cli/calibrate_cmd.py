@@ -77,6 +77,11 @@ def add_parser(subparsers) -> None:
                    help="also fine-tune on every program of this collection, measured on this "
                         "device, e.g. `cdmpp collect --kernels-of NET` of the networks you "
                         "will predict (repeatable)")
+    p.add_argument("--balance", action="store_true",
+                   help="fine-tuning: every source of programs (this run's data directory, "
+                        "each --data) weighs the same, however many programs it holds: a "
+                        "network's few kernels count as much as a calibration's hundreds of "
+                        "catalog programs")
     p.set_defaults(run=run)
 
 
@@ -94,6 +99,6 @@ def run(args) -> int:
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
         mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
         data=tuple(args.data), fine_tunes=args.fine_tunes, rescale=args.rescale,
-        neighbors=args.neighbors, weight_folds=args.weight_folds))
+        neighbors=args.neighbors, weight_folds=args.weight_folds, balance=args.balance))
     print(json.dumps(info, indent=1))
     return 0

@@ -242,7 +242,7 @@ class CDMPPRegressor(ParamsMixin):
 
     def fine_tune(self, programs: ProgramSet, y, train_config: TrainConfig | None = None,
                   eval_set=None, unlabeled: ProgramSet | None = None,
-                  layers: str = "head") -> "CDMPPRegressor":
+                  layers: str = "head", sample_weight=None) -> "CDMPPRegressor":
         """Continue training a fitted model on new data (e.g. a few tasks measured on a new
         device), starting from its weights and keeping its normalizers and device scaling, so
         what it learned elsewhere is the starting point. Early stopping on a validation set
@@ -251,7 +251,7 @@ class CDMPPRegressor(ParamsMixin):
 
         `layers`: "head" trains only the device encoder and the regression head (the program
         encoder keeps what many tasks taught it; a few tasks cannot retrain it without
-        forgetting), "all" trains everything."""
+        forgetting), "all" trains everything. `sample_weight`: as in `fit`."""
         import torch
 
         self._check_fitted()
@@ -263,11 +263,12 @@ class CDMPPRegressor(ParamsMixin):
         tc = train_config or fine_tune_config(self.train_config_)
         if tc.threads:
             torch.set_num_threads(tc.threads)
-        fit_set, y_fit, val_set, y_val, _, _ = self._carve(programs, y, eval_set, tc,
-                                                           by_task=True)
+        fit_set, y_fit, val_set, y_val, w_fit, w_val = self._carve(
+            programs, y, eval_set, tc, by_task=True, weight=sample_weight)
         self.net_.train()
         try:
-            self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True)
+            self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True,
+                        w_fit=w_fit, w_val=w_val)
         finally:
             for param in self.net_.parameters():
                 param.requires_grad_(True)

@@ -21,8 +21,10 @@ def make_loss(kind: str, mape_weight: float = 0.0, target=None):
 
     def loss(pred: torch.Tensor, z: torch.Tensor, weight: torch.Tensor | None = None
              ) -> torch.Tensor:
-        def mean(e):  # weighted by the samples' weights when given
-            return torch.mean(e) if weight is None else torch.sum(weight * e) / torch.sum(weight)
+        def mean(e):  # weighted by the samples' weights when given (a batch of weight 0: 0)
+            if weight is None:
+                return torch.mean(e)
+            return torch.sum(weight * e) / torch.clamp(torch.sum(weight), min=1e-12)
 
         mse = mean((pred - z) ** 2)
         value = mse if kind == "mse" else 1000.0 * mse + mean(
