@@ -164,6 +164,36 @@ def test_untuned_kernels_far_from_their_times_alone_suggest_a_rescale(lowered):
     assert "hint" not in format_table(r)  # nothing timed, nothing to say
 
 
+def test_kernels_far_off_their_prediction_suggest_measuring_them_not_a_rescale(lowered):
+    from dataclasses import replace
+
+    from cdmpp.e2e.measure import NetworkMeasurement
+    from cdmpp.e2e.report import format_table
+    from cdmpp.types import Measurement, PassStats
+
+    r, _, first, second = _tiny_mlp_predicted(lowered)  # 3e-5 and 1e-5 s predicted
+
+    def measured(first_alone_s, second_alone_s):
+        timing = Measurement((1e-4,), (PassStats((1e-4,), 1.0),))
+        alone = {name: Measurement((t,), (PassStats((t,), 1.0),))
+                 for name, t in ((first, first_alone_s), (second, second_alone_s))}
+        return format_table(r.with_measurement(
+            NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone)))
+
+    # the first kernel 2.5x its prediction, 88% of the time alone: measure the network's kernels
+    # (tiny_mlp is lowered at batch 2)
+    table = measured(7.5e-5, 1e-5)
+    assert f"hint       1 kernel(s) more than 1.5x off their prediction take 88% of the " \
+           f"kernels' time alone (the largest: {first}, 2.50x)" in table
+    assert "--kernels-of tiny_mlp --batches 2 --programs-per-task 0" in table
+    assert "--balance" in table
+    # the second 2x off but 14% of the time alone: too little to say so
+    assert "kernel(s) more than" not in measured(3e-5, 0.5e-5)
+    # every kernel 1.3x: the machine's speed, which the rescale hint is for
+    uniform = measured(3.9e-5, 1.3e-5)
+    assert "kernel(s) more than" not in uniform and "calibrate --rescale" in uniform
+
+
 def test_json_has_the_stated_keys(lowered):
     r = predict_network(StubEstimator(), lowered("tiny_branch"), overhead=None)
     d = json.loads(json.dumps(r.to_json()))

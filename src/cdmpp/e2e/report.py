@@ -73,6 +73,41 @@ def rescale_hint(result) -> list[str]:
                 "slower" if ratio < 1 else "faster")]
 
 
+# A kernel whose time alone is this many times its prediction (or 1/this) is off by more than
+# a device's speed moves kinds of kernel apart (a rescale's per-program factors span about that);
+# BERT-base's two untuned [K, N] matmuls on the model-167 Intel Xeon ran 2-3x what `default`
+# predicts, nearly all of the network's time (docs/cross_device.md).
+KERNEL_OFF_RATIO = 1.5
+# ... and such kernels carry at least this share of the kernels' replay alone
+KERNEL_OFF_SHARE = 0.2
+
+
+def kernels_hint(result) -> list[str]:
+    """A hint line when untuned kernels each more than `KERNEL_OFF_RATIO` off their prediction
+    carry `KERNEL_OFF_SHARE` of the kernels' time alone: one factor for the machine cannot fix
+    those; the network's own kernels measured and fine-tuned on, weighted as much as a
+    calibration's programs (`cdmpp calibrate --balance`), can."""
+    if not result.measured_kernels_replay_s or any(k.tuned for k in result.kernels):
+        return []
+    timed = [k for k in result.kernels if k.measured_s and k.predicted_s > 0]
+    total = sum(k.calls * k.measured_s for k in timed)
+    off = [k for k in timed
+           if max(k.measured_s / k.predicted_s, k.predicted_s / k.measured_s) > KERNEL_OFF_RATIO]
+    share = sum(k.calls * k.measured_s for k in off) / total if total else 0.0
+    if share < KERNEL_OFF_SHARE:
+        return []
+    worst = max(off, key=lambda k: k.calls * k.measured_s)
+    batch = f" --batches {result.batch}" if result.batch else ""
+    return [f"hint       {len(off)} kernel(s) more than {KERNEL_OFF_RATIO}x off their prediction "
+            f"take {100 * share:.0f}% of the kernels' time alone (the largest: {worst.name}, "
+            f"{worst.measured_s / worst.predicted_s:.2f}x): one factor cannot fix them. Measure "
+            f"this network's kernels (`cdmpp collect --out KERN --kernels-of {result.network}"
+            f"{batch} --programs-per-task 0`) and fine-tune on them and a calibration's "
+            "programs (CAL.data, written by `cdmpp calibrate --out CAL --budget-minutes 10`), "
+            "each source weighing the same: `cdmpp calibrate --out DIR --tasks 0 --data CAL.data "
+            "--data KERN --balance`, then use `--model DIR`"]
+
+
 def _when(measurement) -> str:
     """' (timed 2026-11-28 15:18-15:58 UTC)', or '' when the measurement does not say."""
     start, end = (getattr(measurement, k, None) for k in ("started_utc", "ended_utc"))
@@ -111,7 +146,7 @@ def format_table(result, top: int = 10) -> str:
                 alone = result.measured_kernels_replay_s
                 line += f"; {100 * (inside / alone - 1):+.1f}% vs the replay of them alone"
             lines.append(line)
-        lines += rescale_hint(result)
+        lines += rescale_hint(result) + kernels_hint(result)
     in_database = any(k.database_s is not None for k in result.kernels)
     if result.database_replay_s is not None:
         db = result.database_replay_s
