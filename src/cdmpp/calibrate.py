@@ -621,7 +621,9 @@ def measured_programs(data_dir: Path, tasks=None, extra=(), device_ids: tuple = 
 def balanced_weights(sources) -> "np.ndarray":
     """Each program's weight when every source weighs the same in all: 1 / (its source's
     program count), scaled to a mean of 1 (the loss keeps its size, so the learning rate its
-    meaning)."""
+    meaning). Each batch's loss is the weighted mean of its own programs, so a small source's
+    share of an epoch comes out below an equal one (24 kernels beside 520 programs, batches of
+    16: about a third, against 4% unweighted)."""
     import numpy as np
 
     _, index, counts = np.unique(np.asarray(sources, dtype=object).astype(str),
