@@ -626,9 +626,8 @@ def balanced_weights(sources) -> "np.ndarray":
     16: about a third, against 4% unweighted)."""
     import numpy as np
 
-    _, index, counts = np.unique(np.asarray(sources, dtype=object).astype(str),
-                                 return_inverse=True, return_counts=True)
-    weight = 1.0 / counts[index]
+    counts = Counter(sources)
+    weight = np.array([1.0 / counts[src] for src in sources])
     return weight * (len(weight) / weight.sum())
 
 

@@ -138,20 +138,27 @@ def test_the_table_says_when_the_network_was_timed(lowered):
         replace(m, started_utc=None, ended_utc=None)))
 
 
+def _timed(result, network_s, alone_s: dict):
+    """`result` with the network timed at `network_s` and each kernel alone at `alone_s`."""
+    from cdmpp.e2e.measure import NetworkMeasurement
+    from cdmpp.types import Measurement, PassStats
+
+    def once(t):
+        return Measurement((t,), (PassStats((t,), 1.0),))
+
+    return result.with_measurement(NetworkMeasurement(
+        "tiny_mlp", 1, "dev", 2, once(network_s), {k: once(t) for k, t in alone_s.items()}))
+
+
 def test_untuned_kernels_far_from_their_times_alone_suggest_a_rescale(lowered):
     from dataclasses import replace
 
-    from cdmpp.e2e.measure import NetworkMeasurement
     from cdmpp.e2e.report import format_table
-    from cdmpp.types import Measurement, PassStats
 
     r, _, first, second = _tiny_mlp_predicted(lowered)  # 0.044 ms predicted
 
     def measured(first_alone_s):
-        timing = Measurement((5e-5,), (PassStats((5e-5,), 1.0),))
-        alone = {first: Measurement((first_alone_s,), (PassStats((first_alone_s,), 1.0),)),
-                 second: Measurement((1e-5,), (PassStats((1e-5,), 1.0),))}
-        return r.with_measurement(NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone))
+        return _timed(r, 5e-5, {first: first_alone_s, second: 1e-5})
 
     fast = measured(2e-5)  # kernels alone replay to 0.034 ms: the model is 1.29x
     assert "hint       the prediction is 1.29x the replay of the kernels timed alone here: " \
@@ -165,20 +172,12 @@ def test_untuned_kernels_far_from_their_times_alone_suggest_a_rescale(lowered):
 
 
 def test_kernels_far_off_their_prediction_suggest_measuring_them_not_a_rescale(lowered):
-    from dataclasses import replace
-
-    from cdmpp.e2e.measure import NetworkMeasurement
     from cdmpp.e2e.report import format_table
-    from cdmpp.types import Measurement, PassStats
 
     r, _, first, second = _tiny_mlp_predicted(lowered)  # 3e-5 and 1e-5 s predicted
 
     def measured(first_alone_s, second_alone_s):
-        timing = Measurement((1e-4,), (PassStats((1e-4,), 1.0),))
-        alone = {name: Measurement((t,), (PassStats((t,), 1.0),))
-                 for name, t in ((first, first_alone_s), (second, second_alone_s))}
-        return format_table(r.with_measurement(
-            NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone)))
+        return format_table(_timed(r, 1e-4, {first: first_alone_s, second: second_alone_s}))
 
     # the first kernel 2.5x its prediction, 88% of the time alone: measure the network's kernels
     # (tiny_mlp is lowered at batch 2)
