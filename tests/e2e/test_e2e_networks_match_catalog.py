@@ -1,5 +1,6 @@
-"""The built-in PyTorch CNNs run exactly the convolutions the operator catalog lists for them, so
-what the collector measures for a network is what `cdmpp e2e` imports of it."""
+"""The built-in PyTorch CNNs run exactly the convolutions the operator catalog lists for them, and
+ViT-B/16 its convolution and dense layers, so what the collector measures for a network is what
+`cdmpp e2e` imports of it."""
 
 from __future__ import annotations
 
@@ -53,3 +54,35 @@ def test_pytorch_network_runs_the_catalog_convolutions(name):
     catalogued = _catalog_convs(name)
     assert len(catalogued) >= 10
     assert _torch_convs(name) == catalogued
+
+
+def test_pytorch_vit_runs_the_catalog_dense_layers_and_patch_convolution():
+    import torch
+
+    from cdmpp.e2e.networks import torch_model
+
+    model, inputs = torch_model("vit_b16", 1)
+    dense = set()
+
+    def on_linear(lin, args, _out):
+        x = args[0]
+        dense.add((x.numel() // x.shape[-1], lin.in_features, lin.out_features))
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.register_forward_hook(on_linear)
+    with torch.no_grad():
+        out = model(*inputs)
+    assert out.shape == (1, 1000)
+    convs = {(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0])
+             for m in model.modules() if isinstance(m, torch.nn.Conv2d)}
+
+    catalogued = {(dict(t.params)["m"], dict(t.params)["k"], dict(t.params)["n"])
+                  for t in C.select(ops=["dense", "dense_bias_gelu"], networks=["vit_b16"])
+                  if dict(t.params)["m"] in (1, 197)}  # batch 1: 197 tokens, or the [CLS] head
+    assert len(catalogued) == 5
+    assert dense == catalogued
+    catalogued_convs = {(p["c"], p["k"], p["kernel"], p["stride"])
+                        for p in (dict(t.params) for t in C.select(ops=["conv2d"],
+                                                                   networks=["vit_b16"]))}
+    assert convs == catalogued_convs == {(3, 768, 16, 16)}

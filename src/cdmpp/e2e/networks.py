@@ -4,10 +4,11 @@
     mod = import_onnx("model.onnx", batch=4)         # needs the `onnx` package
 
 Shapes follow the published architectures (and the operator catalog in `programs/catalog.py`):
-ResNet-18/50, MobileNet-V1/V2, SqueezeNet 1.1, ShuffleNet-V2 and DenseNet-121 on 224x224
-images; BERT-base and GPT-2 small on 128 tokens,
-returning the last hidden states (as Hugging Face's `BertModel` / `GPT2Model`: no LM head; GPT-2's
-50257-way LM head is a 5 GFLOP dense that the catalog does not measure either). BatchNorm is
+ResNet-18/50, MobileNet-V1/V2, SqueezeNet 1.1, ShuffleNet-V2, DenseNet-121 and ViT-B/16 on
+224x224 images; BERT-base and GPT-2 small on 128 tokens,
+BERT and GPT-2 return the last hidden states (as Hugging Face's `BertModel` / `GPT2Model`: no LM
+head; GPT-2's 50257-way LM head is a 5 GFLOP dense that the catalog does not measure either),
+ViT-B/16 its 1000 class logits (the catalog measures that head). BatchNorm is
 kept as TVM imports it from an eval-mode model (not folded into the convolutions).
 
 Weights are random (seeded): latency does not depend on their values.
@@ -25,7 +26,9 @@ from cdmpp.programs.catalog import (DENSENET121_BLOCKS, MOBILENET_V1_BLOCKS,
                                     SQUEEZENET_FIRES, SQUEEZENET_POOL_BEFORE)
 
 SEQ_LEN = 128  # BERT and GPT-2
-IMAGE = 224  # CNNs
+IMAGE = 224  # CNNs and ViT
+VIT_PATCH = 16
+VIT_TOKENS = (IMAGE // VIT_PATCH) ** 2 + 1  # the patches and [CLS]: 197
 
 
 @dataclass(frozen=True)
@@ -229,17 +232,19 @@ def _densenet121():
 
 
 def _transformer(kind: str, layers=12, hidden=768, heads=12, ffn=3072, vocab=None):
-    """BERT-base (post-norm, erf GELU, bidirectional) or GPT-2 small (pre-norm, tanh GELU,
-    causal mask, fused QKV projection)."""
+    """BERT-base (post-norm, erf GELU, bidirectional), GPT-2 small (pre-norm, tanh GELU,
+    causal mask, fused QKV projection) or ViT-B/16 (pre-norm, erf GELU, bidirectional, fused
+    QKV, 16x16 patches and a [CLS] token in place of the token embedding)."""
     torch, nn = _nn()
-    gpt = kind == "gpt2"
+    gpt, vit = kind == "gpt2", kind == "vit"
+    fused_qkv = pre_norm = gpt or vit
     vocab = vocab or (50257 if gpt else 30522)
     head_dim = hidden // heads
 
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            if gpt:
+            if fused_qkv:
                 self.qkv = nn.Linear(hidden, 3 * hidden)
             else:
                 self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
@@ -247,7 +252,7 @@ def _transformer(kind: str, layers=12, hidden=768, heads=12, ffn=3072, vocab=Non
 
         def forward(self, x, mask):
             b, s, _ = x.shape
-            if gpt:
+            if fused_qkv:
                 q, k, v = self.qkv(x).split(hidden, dim=2)
             else:
                 q, k, v = self.q(x), self.k(x), self.v(x)
@@ -267,7 +272,7 @@ def _transformer(kind: str, layers=12, hidden=768, heads=12, ffn=3072, vocab=Non
             self.gelu = nn.GELU(approximate="tanh" if gpt else "none")
 
         def forward(self, x, mask):
-            if gpt:  # pre-norm
+            if pre_norm:
                 x = x + self.attn(self.ln1(x), mask)
                 return x + self.fc2(self.gelu(self.fc1(self.ln2(x))))
             x = self.ln1(x + self.attn(x, mask))  # post-norm
@@ -297,7 +302,23 @@ def _transformer(kind: str, layers=12, hidden=768, heads=12, ffn=3072, vocab=Non
                 x = layer(x, mask)
             return self.ln(x) if gpt else x
 
-    return Model()
+    class Vit(nn.Module):
+        def __init__(self, classes=1000):
+            super().__init__()
+            self.patch = nn.Conv2d(3, hidden, VIT_PATCH, VIT_PATCH)
+            self.cls = nn.Parameter(torch.randn(1, 1, hidden))
+            self.pos = nn.Parameter(torch.randn(1, VIT_TOKENS, hidden))
+            self.layers = nn.ModuleList(Layer() for _ in range(layers))
+            self.ln, self.head = nn.LayerNorm(hidden), nn.Linear(hidden, classes)
+
+        def forward(self, images):
+            x = self.patch(images).flatten(2).transpose(1, 2)  # (B, 196, hidden)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+            for layer in self.layers:
+                x = layer(x, None)
+            return self.head(self.ln(x)[:, 0])  # classify the [CLS] token
+
+    return Vit() if vit else Model()
 
 
 # ---- tiny networks for tests ---------------------------------------------------------------------
@@ -348,6 +369,8 @@ NETWORKS: dict[str, NetworkSpec] = {s.name: s for s in (
                 f"BERT-base encoder, {SEQ_LEN} tokens"),
     NetworkSpec("gpt2", lambda: _transformer("gpt2"), _tokens(50257),
                 f"GPT-2 small decoder (no LM head), {SEQ_LEN} tokens"),
+    NetworkSpec("vit_b16", lambda: _transformer("vit"), _images,
+                f"ViT-B/16 on 224x224 images ({VIT_TOKENS} tokens), with its classifier head"),
     NetworkSpec("mobilenet_v1", _mobilenet_v1, _images, "MobileNet-V1, 224x224"),
     NetworkSpec("squeezenet1_1", _squeezenet1_1, _images, "SqueezeNet 1.1, 224x224"),
     NetworkSpec("shufflenet_v2", _shufflenet_v2, _images, "ShuffleNet-V2 x1.0, 224x224"),
