@@ -126,13 +126,15 @@ def test_tasks_0_fine_tunes_on_data_of_this_device_and_refuses_another_device(
     after = load_estimator(tmp_path / "from-fixed").predict(programs)
     assert not np.allclose(before, after)
 
-    # --balance: each source weighs the same, whatever its program count
+    # --balance: each source weighs the same, whatever its program count (with --refit:
+    # fine-tuned again on every program once the validation chose the epochs)
     logs = []
     info = calibrate(CalibrateConfig(out=str(tmp_path / "balanced"), model=str(base_model),
-                                     tasks=0, epochs=1, balance=True,
+                                     tasks=0, epochs=1, balance=True, refit=True,
                                      data=tuple(str(db) for db in fixture_dbs)),
                      tasks=[SOFTMAX_SMALL], log=logs.append, progress=False)
-    assert info["balanced"] and read_meta(tmp_path / "balanced")["trained_on"]["balanced"]
+    trained_on = read_meta(tmp_path / "balanced")["trained_on"]
+    assert info["balanced"] and trained_on["balanced"] and trained_on["refit"]
     said = next(m for m in logs if m.startswith("each source weighs the same"))
     assert all(str(db) in said for db in fixture_dbs)
 
@@ -416,6 +418,11 @@ def test_balanced_weights_give_every_source_the_same_total_and_a_mean_of_one():
     np.testing.assert_array_equal(balanced_weights(["a", "a"]), [1.0, 1.0])
     with pytest.raises(ValueError, match="nothing to balance"):
         CalibrateConfig(out="unused", rescale=True, balance=True)
+
+
+def test_a_rescale_has_nothing_to_refit():
+    with pytest.raises(ValueError, match="nothing to refit"):
+        CalibrateConfig(out="unused", rescale=True, refit=True)
 
 
 def test_the_weights_reach_every_fine_tuning_the_folds_included(monkeypatch):

@@ -136,6 +136,9 @@ class CalibrateConfig:
     # fine-tuning: every source of programs (this data directory, each of `data`) weighs the
     # same in the loss and in the choice of epoch, however many programs it holds
     balance: bool = False
+    # fine-tuning: once the tasks carved out for validation chose the epoch count, fine-tune
+    # again from the base on every program for that many epochs (`TrainConfig.refit`)
+    refit: bool = False
 
     def __post_init__(self):
         if self.fine_tunes is not None and self.fine_tunes < 1:
@@ -154,6 +157,8 @@ class CalibrateConfig:
             raise ValueError("rescale trains nothing, so there is nothing to balance (each "
                              "program's factor already comes from the measured programs "
                              "nearest it): drop balance")
+        if self.rescale and self.refit:
+            raise ValueError("rescale trains nothing, so there is nothing to refit: drop refit")
 
     @property
     def data_dir(self) -> Path:
@@ -391,7 +396,8 @@ def fine_tune_members(members, programs, latency_s, config: CalibrateConfig, vec
         if log and len(members) > 1:
             log(f"fine-tuning member {i + 1} of {len(members)}")
         tc = fine_tune_config(member.train_config_, epochs=config.epochs, adapt=config.adapt,
-                              adapt_weight=config.adapt_weight, seed=config.seed + i)
+                              adapt_weight=config.adapt_weight, seed=config.seed + i,
+                              refit=config.refit)
         member.progress = progress
         member.fine_tune(programs, latency_s, train_config=tc, unlabeled=unlabeled,
                          sample_weight=weight)
@@ -498,7 +504,7 @@ def calibrate(config: CalibrateConfig, tasks=None, log=None, progress: bool = Tr
             "extra_data": [str(d) for d in config.data],
             "extra_records": n_extra,
             "extra_tasks": sorted(set(tasks_of_rows[n_own:])),
-            "balanced": config.balance,
+            "balanced": config.balance, "refit": config.refit,
             "adapt": config.adapt, "fine_tunes": 0 if config.rescale else fine_tunes_for(base, config),
             # a base's top-level weights, chosen for this device when it holds other kinds
             **({"weights": _top_weights(model)}

@@ -176,6 +176,41 @@ def test_fine_tune_follows_the_programs_weighted_most(fitted, slice_data):
                                         sample_weight=np.ones(3))
 
 
+def test_fine_tune_refit_starts_again_from_the_base_on_every_program(fitted, slice_data,
+                                                                      monkeypatch):
+    import copy
+
+    import torch
+
+    import cdmpp.train.loop as loop
+
+    train, _ = slice_data
+    n = len(train.latency_s)
+    tc = TrainConfig(epochs=4, batch_size=16, lr=1e-2, patience=4, threads=1, refit=True)
+    calls, real = [], loop.train_network
+
+    def spy(net, data, val, *a, **k):
+        # the weights each training starts from, and what it trains on
+        calls.append((len(data.features), val is None, k.get("n_epochs"),
+                      {key: v.clone() for key, v in net.state_dict().items()}))
+        return real(net, data, val, *a, **k)
+
+    monkeypatch.setattr(loop, "train_network", spy)
+    model = copy.deepcopy(fitted)
+    y = 2.0 * train.latency_s  # every program slower: some fine-tuning epoch beats the base
+    model.fine_tune(train.programs, y, train_config=tc)
+    assert model.history_.best_epoch >= 0
+    (carved, has_val, _, start), (whole, no_val, epochs, restart) = calls
+    assert carved < n and not has_val  # first the carve: validation tasks apart
+    assert (whole, no_val, epochs) == (n, True, model.history_.best_epoch + 1)
+    assert all(torch.equal(start[k], restart[k]) for k in start)  # again from the base
+    assert model.refit_epochs_ == epochs and len(model.history_.refit_train_loss) == epochs
+    assert all(p.requires_grad for p in model.net_.parameters())
+    # the base's own refit does not carry into a fine-tuning unless asked
+    from cdmpp.model.estimator import fine_tune_config
+    assert not fine_tune_config(TrainConfig(refit=True)).refit
+
+
 def test_fine_tune_head_only_keeps_the_program_encoder(fitted, slice_data):
     import copy
 

@@ -82,6 +82,11 @@ def add_parser(subparsers) -> None:
                         "each --data) weighs the same, however many programs it holds: a "
                         "network's few kernels count as much as a calibration's hundreds of "
                         "catalog programs")
+    p.add_argument("--refit", action="store_true",
+                   help="fine-tuning: once the tasks held out for validation chose the epoch "
+                        "count, fine-tune again from the base on every program for that many "
+                        "epochs (twice the time; the held-out tasks, e.g. a network's few "
+                        "kernels, then teach the model too)")
     p.set_defaults(run=run)
 
 
@@ -99,6 +104,7 @@ def run(args) -> int:
         adapt_weight=args.adapt_weight, epochs=args.epochs, threads=args.threads,
         mcpu=args.mcpu, ops=args.ops, networks=args.network, seed=args.seed,
         data=tuple(args.data), fine_tunes=args.fine_tunes, rescale=args.rescale,
-        neighbors=args.neighbors, weight_folds=args.weight_folds, balance=args.balance))
+        neighbors=args.neighbors, weight_folds=args.weight_folds, balance=args.balance,
+        refit=args.refit))
     print(json.dumps(info, indent=1))
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.baselines import check_weight
+from cdmpp.baselines import check_latency, check_weight
 from cdmpp.dataset.normalize import Normalizer
 from cdmpp.dataset.programs import ProgramSet, check_programs
 from cdmpp.model.config import ModelConfig, TrainConfig
@@ -51,9 +51,10 @@ def _groups(programs: ProgramSet, device) -> np.ndarray | None:
 
 def fine_tune_config(base: TrainConfig, **changes) -> TrainConfig:
     """Settings for fine-tuning on a few records: small batches (a batch of 256 would make one
-    step per epoch), no warm-up, the base learning rate, early stopping."""
+    step per epoch), no warm-up, the base learning rate, early stopping, no refit unless asked
+    (whatever the base's own training did)."""
     return replace(base, **{"epochs": 100, "batch_size": 16, "warmup_epochs": 0,
-                            "patience": 20, **changes})
+                            "patience": 20, "refit": False, **changes})
 
 
 class CDMPPRegressor(ParamsMixin):
@@ -136,7 +137,6 @@ class CDMPPRegressor(ParamsMixin):
         """(fit set, fit labels, validation set, validation labels, fit weights, validation
         weights); weights are None when `weight` is. `by_task`: validation holds whole tasks
         (what fine-tuning on a few tasks must generalize to: other tasks)."""
-        from cdmpp.baselines import check_latency
         from cdmpp.dataset.splits import carve_rows
 
         y = check_latency(y, len(programs))
@@ -194,12 +194,19 @@ class CDMPPRegressor(ParamsMixin):
         return net
 
     def _refit(self, programs: ProgramSet, y, weight, tc: TrainConfig, unlabeled) -> None:
-        """Train again on all of `programs` for the epoch count the validation set chose."""
+        """Train a new network on all of `programs` for the epoch count the validation set
+        chose."""
+        self._fit_scalers(programs, y)
+        self.net_ = self._new_network(tc.seed)
+        self._refit_in_place(programs, y, weight, tc, unlabeled)
+
+    def _refit_in_place(self, programs: ProgramSet, y, weight, tc: TrainConfig,
+                        unlabeled) -> None:
+        """Train `net_` as it is on all of `programs` for the epoch count the validation set
+        chose."""
         from cdmpp.train.loop import train_network
 
         self.refit_epochs_ = self.history_.best_epoch + 1
-        self._fit_scalers(programs, y)
-        self.net_ = self._new_network(tc.seed)
         ckpt = None if self.checkpoint_dir is None else Path(self.checkpoint_dir) / "refit"
         refit = train_network(
             self.net_, self._data(programs, y, weight), None, tc, self._loss(tc), None,
@@ -234,8 +241,6 @@ class CDMPPRegressor(ParamsMixin):
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, w_fit=w_fit, w_val=w_val)
         self.refit_epochs_ = 0
         if tc.refit and eval_set is None:
-            from cdmpp.baselines import check_latency
-
             self._refit(programs, check_latency(y, len(programs)),
                         check_weight(sample_weight, len(programs)), tc, unlabeled)
         return self
@@ -251,7 +256,10 @@ class CDMPPRegressor(ParamsMixin):
 
         `layers`: "head" trains only the device encoder and the regression head (the program
         encoder keeps what many tasks taught it; a few tasks cannot retrain it without
-        forgetting), "all" trains everything. `sample_weight`: as in `fit`."""
+        forgetting), "all" trains everything. `sample_weight`: as in `fit`. With
+        `train_config.refit` (and no `eval_set`), once the validation chose the epoch count the
+        fine-tuning starts again from the same weights on all of `programs` for that many epochs,
+        so the tasks carved out for validation teach the model too."""
         import torch
 
         self._check_fitted()
@@ -265,10 +273,18 @@ class CDMPPRegressor(ParamsMixin):
             torch.set_num_threads(tc.threads)
         fit_set, y_fit, val_set, y_val, w_fit, w_val = self._carve(
             programs, y, eval_set, tc, by_task=True, weight=sample_weight)
+        refit = tc.refit and eval_set is None
+        initial = ({k: v.detach().clone() for k, v in self.net_.state_dict().items()}
+                   if refit else None)
         self.net_.train()
         try:
             self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, keep_initial=True,
                         w_fit=w_fit, w_val=w_val)
+            self.refit_epochs_ = 0
+            if refit and self.history_.best_epoch >= 0:  # -1: the starting weights won
+                self.net_.load_state_dict(initial)
+                self._refit_in_place(programs, check_latency(y, len(programs)),
+                                     check_weight(sample_weight, len(programs)), tc, unlabeled)
         finally:
             for param in self.net_.parameters():
                 param.requires_grad_(True)
