@@ -12,13 +12,25 @@ CNNS = ("resnet18", "resnet50", "mobilenet_v1", "mobilenet_v2", "squeezenet1_1",
         "shufflenet_v2", "densenet121")
 
 
-def _torch_convs(name: str) -> set:
-    """(c, h, k, kernel, stride, depthwise) of every Conv2d the network runs at batch 1."""
+def _run_hooked(name: str, kind: str, hook):
+    """Run the network at batch 1 with `hook` on each of its `torch.nn.<kind>` modules; it
+    classifies 1000 ways. The model, for a look at its modules."""
     import torch
 
     from cdmpp.e2e.networks import torch_model
 
     model, inputs = torch_model(name, 1)
+    for m in model.modules():
+        if isinstance(m, getattr(torch.nn, kind)):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        out = model(*inputs)
+    assert out.shape == (1, 1000)
+    return model
+
+
+def _torch_convs(name: str) -> set:
+    """(c, h, k, kernel, stride, depthwise) of every Conv2d the network runs at batch 1."""
     seen = set()
 
     def hook(conv, args, _out):
@@ -28,12 +40,7 @@ def _torch_convs(name: str) -> set:
         seen.add((x.shape[1], x.shape[2], conv.out_channels, conv.kernel_size[0],
                   conv.stride[0], depthwise))
 
-    for m in model.modules():
-        if isinstance(m, torch.nn.Conv2d):
-            m.register_forward_hook(hook)
-    with torch.no_grad():
-        out = model(*inputs)
-    assert out.shape == (1, 1000)
+    _run_hooked(name, "Conv2d", hook)
     return seen
 
 
@@ -59,21 +66,13 @@ def test_pytorch_network_runs_the_catalog_convolutions(name):
 def test_pytorch_vit_runs_the_catalog_dense_layers_and_patch_convolution():
     import torch
 
-    from cdmpp.e2e.networks import torch_model
-
-    model, inputs = torch_model("vit_b16", 1)
     dense = set()
 
     def on_linear(lin, args, _out):
         x = args[0]
         dense.add((x.numel() // x.shape[-1], lin.in_features, lin.out_features))
 
-    for m in model.modules():
-        if isinstance(m, torch.nn.Linear):
-            m.register_forward_hook(on_linear)
-    with torch.no_grad():
-        out = model(*inputs)
-    assert out.shape == (1, 1000)
+    model = _run_hooked("vit_b16", "Linear", on_linear)
     convs = {(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0])
              for m in model.modules() if isinstance(m, torch.nn.Conv2d)}
 
