@@ -5,10 +5,11 @@
 
 Shapes follow the published architectures (and the operator catalog in `programs/catalog.py`):
 ResNet-18/50, MobileNet-V1/V2, SqueezeNet 1.1, ShuffleNet-V2, DenseNet-121 and ViT-B/16 on
-224x224 images; BERT-base and GPT-2 small on 128 tokens. BERT and GPT-2 return the last hidden states (as Hugging Face's `BertModel` / `GPT2Model`: no LM
-head; GPT-2's 50257-way LM head is a 5 GFLOP dense that the catalog does not measure either),
-ViT-B/16 its 1000 class logits (the catalog measures that head). BatchNorm is
-kept as TVM imports it from an eval-mode model (not folded into the convolutions).
+224x224 images; BERT-base and GPT-2 small on 128 tokens. BERT and GPT-2 return the last hidden
+states (as Hugging Face's `BertModel` / `GPT2Model`: no LM head; GPT-2's 50257-way LM head is a
+5 GFLOP dense that the catalog does not measure either), ViT-B/16 its 1000 class logits (the
+catalog measures that head). BatchNorm is kept as TVM imports it from an eval-mode model (not
+folded into the convolutions).
 
 Weights are random (seeded): latency does not depend on their values.
 """
