@@ -194,16 +194,8 @@ class CDMPPRegressor(ParamsMixin):
         return net
 
     def _refit(self, programs: ProgramSet, y, weight, tc: TrainConfig, unlabeled) -> None:
-        """Train a new network on all of `programs` for the epoch count the validation set
-        chose."""
-        self._fit_scalers(programs, y)
-        self.net_ = self._new_network(tc.seed)
-        self._refit_in_place(programs, y, weight, tc, unlabeled)
-
-    def _refit_in_place(self, programs: ProgramSet, y, weight, tc: TrainConfig,
-                        unlabeled) -> None:
-        """Train `net_` as it is on all of `programs` for the epoch count the validation set
-        chose."""
+        """Train `net_` as it is (a new network for `fit`, the starting weights for
+        `fine_tune`) on all of `programs` for the epoch count the validation set chose."""
         from cdmpp.train.loop import train_network
 
         self.refit_epochs_ = self.history_.best_epoch + 1
@@ -241,8 +233,10 @@ class CDMPPRegressor(ParamsMixin):
         self._train(fit_set, y_fit, val_set, y_val, tc, unlabeled, w_fit=w_fit, w_val=w_val)
         self.refit_epochs_ = 0
         if tc.refit and eval_set is None:
-            self._refit(programs, check_latency(y, len(programs)),
-                        check_weight(sample_weight, len(programs)), tc, unlabeled)
+            y = check_latency(y, len(programs))
+            self._fit_scalers(programs, y)
+            self.net_ = self._new_network(tc.seed)
+            self._refit(programs, y, check_weight(sample_weight, len(programs)), tc, unlabeled)
         return self
 
     def fine_tune(self, programs: ProgramSet, y, train_config: TrainConfig | None = None,
@@ -283,8 +277,8 @@ class CDMPPRegressor(ParamsMixin):
             self.refit_epochs_ = 0
             if refit and self.history_.best_epoch >= 0:  # -1: the starting weights won
                 self.net_.load_state_dict(initial)
-                self._refit_in_place(programs, check_latency(y, len(programs)),
-                                     check_weight(sample_weight, len(programs)), tc, unlabeled)
+                self._refit(programs, check_latency(y, len(programs)),
+                            check_weight(sample_weight, len(programs)), tc, unlabeled)
         finally:
             for param in self.net_.parameters():
                 param.requires_grad_(True)
