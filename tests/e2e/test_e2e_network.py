@@ -233,6 +233,31 @@ def test_kernel_nodes_count_the_weights_they_read_in_full(lowered):
     assert graph.weight_bytes() == 4 * (16 * 32 + 32 + 32 * 8 + 8)
 
 
+def test_a_convolutions_weights_are_not_counted_as_matrix_weights():
+    """Convolutions lose little to weights from memory in a network (e2e.cold): only matrix
+    weights (at most two dimensions) are counted."""
+    from tvm import relax, topi
+    from tvm.script import relax as R
+
+    from cdmpp.tvm_env import import_tvm
+
+    import_tvm()
+    kernel = relax.const(np.zeros((8, 3, 3, 3), "float32"))  # OIHW: not counted
+    weight = relax.const(np.zeros((4, 8), "float32"))  # a Linear layer's: counted
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, 3, 6, 6), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_te(topi.nn.conv2d, x, kernel, 1, 0, 1, primfunc_name_hint="conv")
+            flat = bb.emit_te(topi.reshape, y, (32, 4), primfunc_name_hint="flat")
+            out = bb.emit_output(bb.emit_te(topi.matmul, flat, weight,
+                                            primfunc_name_hint="matmul"))
+        bb.emit_func_output(out)
+    graph = from_relax(bb.get())
+    assert [(n.kernel, n.weight_bytes) for n in graph.nodes] == [
+        ("conv", 0), ("flat", 0), ("matmul", 4 * 8 * 4)]
+
+
 def test_a_table_read_at_data_dependent_rows_is_not_counted_as_weights():
     from tvm import relax, topi
     from tvm.script import relax as R

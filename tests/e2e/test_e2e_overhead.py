@@ -64,6 +64,8 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
     # median over passes; the tuned probe's weights are the weight and the bias
     cold = cal.cold
     assert cold.llc_bytes == 4 * 2**20
+    # two copies (18 MiB) are already beyond the 4 MiB cache: nothing to probe below it
+    assert cold.below_llc == () and cold.cache_bytes == 4 * 2**20
     assert cold.plain.weight_bytes == 4 * 768 * 3072
     assert cold.tuned.weight_bytes == 4 * (768 * 3072 + 3072)
     for probe in (cold.plain, cold.tuned):
@@ -108,6 +110,45 @@ def test_cold_weights_cost_only_networks_whose_weights_exceed_the_last_level_cac
         explicit = predict_network(StubEstimator(default_s=1e-5), net, device=device,
                                    overhead=CallOverhead(0.0, 0.0, 0.0))
         assert explicit.predicted_s == pytest.approx(2e-5)
+
+
+def test_the_cache_a_vm_has_is_the_largest_total_of_copies_below_half_the_extra():
+    from cdmpp.e2e.cold import ColdProbe, ColdWeights
+
+    def probe(copies, extra_s):  # 1 weight byte, one pass
+        return ColdProbe(1, copies, (1.0,), (1.0 + extra_s,))
+
+    full = probe(1000, 4e-9)  # the extra beyond the reported cache (1,000 bytes)
+    cold = ColdWeights(1000, full, below_llc=(probe(2, 0.0), probe(4, 1e-9), probe(8, 2.5e-9)))
+    assert cold.cache_bytes == 4  # 8 copies cost over half the extra: the cache holds 4
+    assert cold.at(4) == 0.0 and cold.at(5) == pytest.approx(4e-9)
+    assert ColdWeights(1000, full, below_llc=(probe(2, 3e-9),)).cache_bytes == 1  # one copy
+    # none costs half: the reported cache; a probe with no extra at all: the same
+    assert ColdWeights(1000, full, below_llc=(probe(2, 1e-9),)).cache_bytes == 1000
+    assert ColdWeights(1000, probe(1000, 0.0), below_llc=(probe(2, 0.0),)).cache_bytes == 1000
+    assert ColdWeights.from_json(cold.to_json()) == cold
+    assert cold.to_json()["cache_bytes"] == 4
+
+
+def test_the_cache_is_probed_below_the_reported_one_until_a_total_costs_half(monkeypatch):
+    from cdmpp.e2e import cold as cw
+
+    plain = cw.ColdProbe(10, 1000, (1.0,), (1.0 + 40e-9,))  # 4e-9 s per byte beyond the cache
+    extra = {20: 0.0, 40: 1e-9, 80: 2.5e-9, 160: 4e-9}  # per byte, by total cycled through
+    timed = []
+
+    def fake_time_probe(module, info, weight_args, cycled_bytes, runs, passes):
+        timed.append((cycled_bytes, passes))
+        return cw.ColdProbe(10, cycled_bytes, (1.0,), (1.0 + 10 * extra[cycled_bytes],))
+
+    monkeypatch.setattr(cw, "_time_probe", fake_time_probe)
+    probes = cw._below_llc((None, None, (1,)), plain, 1000, runs=4)
+    # 2, 4, 8 copies; 16 would cost no more to know: it stops at the first costing half
+    assert timed == [(20, cw.CACHE_PASSES), (40, cw.CACHE_PASSES), (80, cw.CACHE_PASSES)]
+    assert cw.ColdWeights(1000, plain, below_llc=probes).cache_bytes == 40
+    assert cw._below_llc((None, None, (1,)), plain, 30, runs=4) == probes[:1]  # 20 < 30 only
+    no_extra = cw.ColdProbe(10, 1000, (1.0,), (1.0,))
+    assert cw._below_llc((None, None, (1,)), no_extra, 1000, runs=4) == ()  # nothing to find
 
 
 @pytest.mark.parametrize("mcpu", ["haswell", "x86-64-v2"])

@@ -85,7 +85,7 @@ def test_kernels_timed_inside_the_network_are_replayed_beside_those_timed_alone(
     assert with_cold.measured_kernels_replay_s == pytest.approx(
         both.measured_kernels_replay_s + weights * 1e-9)
     assert with_cold.in_network_replay_s == pytest.approx(both.in_network_replay_s)
-    assert f"weights    {weights / 2**20:.1f} MiB read per inference, from memory" in \
+    assert f"weights    {weights / 2**20:.1f} MiB of matrices read per inference, from memory" in \
         format_table(with_cold)
     # a measurement without the profile (an older one) leaves it out
     plain = r.with_measurement(NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone))

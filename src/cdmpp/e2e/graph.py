@@ -16,11 +16,15 @@ Tuples, tuple items, variable aliases and constants are not runtime calls: they 
 data, so a node that reads `(a, b)[0]` depends on the producers of `a` and `b` (conservative).
 
 An edge i -> j means node j reads a value node i produced. Node ids are the program order.
-A kernel node also counts the bytes of the network's constants (weights) it reads in full
-(`weight_bytes`): every inference reads them again, and when they are more than the caches
-hold they come from memory, where the kernel timed alone found them in cache (`e2e.cold`).
-A constant the kernel only gathers rows of (an embedding table read at data-dependent
-indices) is not counted: it reads a few rows, not the table.
+A kernel node also counts the bytes of the network's matrix weights it reads in full
+(`weight_bytes`: constants of at most two dimensions, a Linear layer's weight and bias): every
+inference reads them again, and when they are more than the caches hold they come from memory,
+where the kernel timed alone found them in cache (`e2e.cold`). A convolution's weights (four
+dimensions) are not counted: in networks far beyond the caches, convolutions ran 1.00-1.06x
+their time alone on three CPUs, weight matmuls 1.07-1.42x (docs/measurement.md, "Matrix
+weights, and the cache a VM really has"). A constant the kernel only gathers rows of (an
+embedding table read at data-dependent indices) is not counted: it reads a few rows, not the
+table.
 The dataclasses are plain Python (no TVM objects) so graphs can also be made by hand.
 """
 
@@ -41,7 +45,7 @@ class Node:
     inputs: tuple[int, ...] = ()  # ids of the nodes whose outputs this node reads
     kind: str = "call_tir"
     var: str = ""  # the Relax variable bound to the result (for messages)
-    weight_bytes: int = 0  # bytes of constants (weights) the call reads in full
+    weight_bytes: int = 0  # bytes of matrix weights (constants, <= 2-D) the call reads in full
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -64,7 +68,7 @@ class Graph:
         return len(self.nodes)
 
     def weight_bytes(self) -> int:
-        """Bytes of constants the calls read in full, over one inference."""
+        """Bytes of matrix weights the calls read in full, over one inference."""
         return sum(node.weight_bytes for node in self.nodes)
 
     def kernel_calls(self) -> dict[str, int]:
@@ -172,14 +176,20 @@ def _gathered_params(prim_func) -> set[int]:
     return gathered
 
 
+# a constant of more dimensions is a convolution's weights, which lose little in a network
+MATRIX_WEIGHT_MAX_DIMS = 2
+
+
 def _weight_bytes(call, mod, tvm, gathered_of: dict) -> int:
-    """Bytes of the constant arguments a `call_tir` reads in full. `gathered_of`: callee name ->
-    its gathered parameters, filled as callees are met (a kernel is called many times)."""
+    """Bytes of the matrix weights (constant arguments of at most `MATRIX_WEIGHT_MAX_DIMS`
+    dimensions) a `call_tir` reads in full. `gathered_of`: callee name -> its gathered
+    parameters, filled as callees are met (a kernel is called many times)."""
     from tvm import relax
 
     args = call.args[1]
     args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
-    consts = [(i, a) for i, a in enumerate(args) if isinstance(a, tvm.ir.Constant)]
+    consts = [(i, a) for i, a in enumerate(args) if isinstance(a, tvm.ir.Constant)
+              and len(a.ty.shape) <= MATRIX_WEIGHT_MAX_DIMS]
     if not consts:
         return 0
     callee = call.args[0]

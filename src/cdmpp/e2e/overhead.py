@@ -16,7 +16,8 @@ too sensitive to the slight curvature of the chain times). So the overhead is wh
 beyond the kernel timings the estimator is trained on. Since method 2 it also holds the cost of
 weights read from memory in a network where a kernel timed alone finds them in cache
 (`e2e.cold`: a probe matmul timed warm and cycling through twice the last-level cache of
-copies of its weights; since method 3 under two schedules, hand-written and tuned).
+copies of its weights; since method 3 under two schedules, hand-written and tuned; since
+method 4 with the cache the VM really has, probed below the last-level cache it reports).
 
 Stored as `<cache>/devices/<device_id>/overhead.json` beside that device's `device.json`
 (`<cache>` = $XDG_CACHE_HOME/cdmpp or ~/.cache/cdmpp), with every measured value.
@@ -36,7 +37,8 @@ from cdmpp.e2e.replay import CallOverhead
 from cdmpp.paths import device_dir
 
 OVERHEAD_FILE = "overhead.json"
-METHOD_VERSION = 3  # 2: + the cold-weights probe (e2e.cold); 3: + its tuned probe
+METHOD_VERSION = 4  # 2: + the cold-weights probe (e2e.cold); 3: + its tuned probe;
+# 4: + the cache the VM really has, and only matrix weights charged
 METHOD = ("least-squares slopes of VM time vs chain length: L tiny kernels (minus the kernel "
           "alone) and L reshape views; per-invoke = shortest kernel chain minus its calls; "
           "collector's timing protocol, minimum over every repeat of every pass")

@@ -176,11 +176,11 @@ def format_table(result, top: int = 10) -> str:
         rates = [f"{1e9 * o.per_weight_byte_s:.3f} ns per byte"]
         if o.tuned_kernels:
             rates.append(f"{1e9 * o.per_tuned_weight_byte_s:.3f} by tuned kernels")
-        lines.append(f"weights    {weights / 2**20:.1f} MiB read per inference, from memory (timed "
-                     f"alone, from cache): {', '.join(rates)}, {_ms(charged)} ms")
+        lines.append(f"weights    {weights / 2**20:.1f} MiB of matrices read per inference, from "
+                     f"memory (timed alone, from cache): {', '.join(rates)}, {_ms(charged)} ms")
     elif weights:
-        lines.append(f"weights    {weights / 2**20:.1f} MiB read per inference; not charged (within "
-                     "the last-level cache, or no cold-weights calibration)")
+        lines.append(f"weights    {weights / 2**20:.1f} MiB of matrices read per inference; not "
+                     "charged (within the cache, or no cold-weights calibration)")
     lines.append("")
     measured = any(k.measured_s is not None for k in result.kernels)
     head = f"{'kernel':<44} {'calls':>5} {'pred ms/call':>12} {'pred ms':>9} {'share':>6}"
