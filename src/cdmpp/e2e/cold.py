@@ -41,8 +41,9 @@ threshold at the reported 480 MiB did not charge (docs/measurement.md, "Matrix w
 the cache a VM really has").
 
 Why matrix weights only: the convolutions of ResNet-50 (98 MiB of weights, beyond the measured
-cache on every CPU profiled) ran 1.00-1.06x their time alone inside the network on the Intel
-Xeons and Zen 5, and ResNet-18's 1.05x, where weight matmuls ran 1.07-1.42x. The rule was
+cache on every CPU profiled) ran 1.00-1.11x their time alone inside the network on the Intel
+Xeons and Zen 5, and ResNet-18's 1.04-1.05x, where the transformers' weight matmuls ran
+1.07-1.42x; charging them at the probe's rate would have put ResNet-50 27% high. The rule was
 chosen after seeing these profiles, so their figures are not an independent test of it (the
 probes' magnitudes are measured, not fitted).
 """

@@ -20,7 +20,7 @@ A kernel node also counts the bytes of the network's matrix weights it reads in 
 (`weight_bytes`: constants of at most two dimensions, a Linear layer's weight and bias): every
 inference reads them again, and when they are more than the caches hold they come from memory,
 where the kernel timed alone found them in cache (`e2e.cold`). A convolution's weights (four
-dimensions) are not counted: in networks far beyond the caches, convolutions ran 1.00-1.06x
+dimensions) are not counted: in networks far beyond the caches, convolutions ran 1.00-1.11x
 their time alone on three CPUs, weight matmuls 1.07-1.42x (docs/measurement.md, "Matrix
 weights, and the cache a VM really has"). A constant the kernel only gathers rows of (an
 embedding table read at data-dependent indices) is not counted: it reads a few rows, not the
