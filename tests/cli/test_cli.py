@@ -94,7 +94,7 @@ def test_env_says_whether_the_shipped_model_is_for_this_device():
     from cdmpp.cli.env_cmd import shipped_model_line
     from cdmpp.model.registry import fitted_device, fitted_device_id
 
-    for name in ("default", "zen5", "emeraldrapids", "zen3"):
+    for name in ("default", "zen5", "emeraldrapids", "zen3", "xeon480"):
         line = shipped_model_line(fitted_device(name))
         assert line.startswith(f"model      {name}:") and line.endswith("fitted for this device")
     intel = fitted_device("emeraldrapids")
@@ -113,9 +113,10 @@ def test_env_names_the_models_of_other_devices_that_know_this_one():
     from cdmpp.model.registry import fitted_device_id
 
     zen4 = also_knowing_line(fitted_device_id("default"))  # every multi-device model's data
-    assert "zen5, emeraldrapids, zen3" in zen4 and "--for-device local" in zen4
-    zen3 = fitted_device_id("zen3")  # only zen3 was trained on Zen 3's records
-    assert also_knowing_line(zen3) is None
+    assert "zen5, emeraldrapids, zen3, xeon480" in zen4 and "--for-device local" in zen4
+    zen3 = fitted_device_id("zen3")  # zen3 and xeon480 were trained on Zen 3's records
+    assert "xeon480" in also_knowing_line(zen3) and "emeraldrapids" not in also_knowing_line(zen3)
+    assert also_knowing_line(fitted_device_id("xeon480")) is None  # only xeon480 knows its CPU
     assert "emeraldrapids, zen3" in also_knowing_line(fitted_device_id("zen5"))
     assert also_knowing_line("0123456789abcdef") is None
 

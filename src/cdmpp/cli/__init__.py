@@ -49,7 +49,8 @@ def model_help(default: str) -> str:
             "named ensemble), seeds (those three seeds alone), zen5 (cdmpp trained on the "
             "Zen 4 and Zen 5 VMs' data, fitted for Zen 5), emeraldrapids (cdmpp trained on the "
             "three CPUs' data, fitted for an Intel Xeon VM, with an expert for default "
-            "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xgb, or a model "
+            "programs), zen3 (the same on four CPUs, fitted for a Zen 3 VM), xeon480 (the same on "
+            "five CPUs, fitted for a model-167 Intel Xeon VM), xgb, or a model "
             f"directory written by cdmpp train or cdmpp calibrate (default: {default})")
 
 

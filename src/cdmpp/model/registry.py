@@ -44,15 +44,16 @@ KINDS = {
 # Zen 4 networks within 10%, mean 1.2% against 1.7%) and as a calibration's base on three
 # other CPUs (docs/cross_device.md, "Fine-tuning the shipped ensemble")
 SHIPPED = {"default": "ensemble", "ensemble": "ensemble", "seeds": "seeds", "xgb": "xgb",
-           "zen5": "zen5", "emeraldrapids": "emeraldrapids", "zen3": "zen3"}
+           "zen5": "zen5", "emeraldrapids": "emeraldrapids", "zen3": "zen3", "xeon480": "xeon480"}
 # the shipped cdmpp models of one device each, which `for_device` chooses from: "default"
 # (trained on the Zen 4 VM's data), "zen5" (trained on that data and 3,438 programs timed
 # on a Zen 5 VM, with the device encoder: `cdmpp train --for-device`, docs/cross_device.md)
 # and "emeraldrapids" (trained the same way on both VMs' data and 3,045 programs timed on an
 # Intel Xeon Emerald Rapids VM, those weighted 4 in the loss: `--device-weight`; fitted for it;
 # with a default-program expert: `--default-expert`, model.default_expert), and "zen3" (the
-# same recipe with a Zen 3 VM as the fourth CPU, fitted for it)
-DEVICE_MODELS = ("default", "zen5", "emeraldrapids", "zen3")
+# same recipe with a Zen 3 VM as the fourth CPU, fitted for it), and "xeon480" (the same recipe
+# with the model-167 Intel Xeon VM, 480 MiB of L3, as the fifth, fitted for it)
+DEVICE_MODELS = ("default", "zen5", "emeraldrapids", "zen3", "xeon480")
 
 
 def estimator_class(kind: str):
@@ -234,7 +235,8 @@ def load_estimator(spec: str | Path, *, check_features: bool = True, for_device=
     """A fitted estimator from a spec: "default" (the shipped cdmpp model of the Zen 4 VM,
     also named "ensemble": the geometric mean of three cdmpp seeds and XGBoost on latency per
     work), "seeds" (those three seeds alone), "xgb" (the shipped XGBoost baseline), "zen5",
-    "emeraldrapids", "zen3" (fitted for the Zen 5, Intel Xeon Emerald Rapids and Zen 3 VMs) or
+    "emeraldrapids", "zen3", "xeon480" (fitted for the Zen 5, Intel Xeon Emerald Rapids, Zen 3
+    and model-167 Intel Xeon VMs) or
     a directory written by `save_estimator`. A name wins over a directory of the same name:
     write "./xgb" for that.
 
@@ -484,8 +486,8 @@ def for_device(device) -> str:
 
 def fitted_for(device) -> str | None:
     """The name of the shipped cdmpp model fitted for `device` (a `Device` or a device id:
-    "default" on the Zen 4 VM, "zen5" on the Zen 5 VM, "emeraldrapids" on the Intel one, "zen3"
-    on the Zen 3 one), else, for a `Device`, the one fitted for the same processor
+    "default" on the Zen 4 VM, "zen5" on the Zen 5 VM, "emeraldrapids" on the Emerald Rapids
+    one, "zen3" on the Zen 3 one, "xeon480" on the model-167 Intel Xeon), else, for a `Device`, the one fitted for the same processor
     (`device.same_processor`: another VM of it, whose hypervisor shows other CPU flags), else
     None: a CPU no shipped model knows."""
     from cdmpp.device import Device, same_processor
