@@ -181,7 +181,8 @@ def measure_cold_weights(device, *, llc_bytes: int | None = None, runs: int = 48
                          passes: int = 7, mkn=PROBE_MKN) -> ColdWeights:
     """Time both probes warm and cycling through copies of their weights totalling twice
     `llc_bytes` (default: the device's L3, else its L2, else `DEFAULT_LLC_BYTES`; at most a
-    quarter of the device's memory). Runs with the caller's thread settings."""
+    quarter of the device's memory), then the plain one below `llc_bytes` to find the cache
+    the VM really has (`_below_llc`). Runs with the caller's thread settings."""
     llc = int(llc_bytes or device.l3_bytes or device.l2_bytes or DEFAULT_LLC_BYTES)
     if llc <= 0:
         raise ValueError(f"the last-level cache must be > 0 bytes, got {llc}")
