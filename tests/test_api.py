@@ -149,7 +149,7 @@ def test_a_model_fitted_for_another_device_is_named_in_a_warning(stored_overhead
                      f"{stored_overhead.device_id} ({_short(stored_overhead)}): its latencies "
                      "are those of its own device. `cdmpp calibrate --out DIR` fits it to "
                      "this one (with --rescale, one factor from a minute of measuring); "
-                     "--model zen3 --for-device local predicts it zero-shot, from "
+                     "--model xeon480 --for-device local predicts it zero-shot, from "
                      "its measured device vector (docs/cross_device.md)"]
 
 
