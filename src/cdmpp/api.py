@@ -20,13 +20,14 @@ import warnings
 
 def load_model(model=None, *, for_device: str | None = None):
     """A fitted estimator. `model`: None (the shipped model fitted for this machine, else
-    "default", as `cdmpp predict` and `cdmpp e2e` choose), a shipped name ("default", "seeds", "zen5",
-    "emeraldrapids", "zen3", "xeon480", "xgb", "ensemble"), a directory written by `save_estimator`, or an
-    estimator (returned as is). `for_device`: the device to predict for (default: the one the
-    model was fitted for): a device id the model was trained on (a multi-device model knows
-    every device of its training data, `cdmpp.model.registry.device_vectors`), "local" (this
-    machine; zero-shot from its measured device vector when the model never saw it), a
-    device.json path, or a `cdmpp.device.Device`."""
+    "default", as `cdmpp predict` and `cdmpp e2e` choose), a shipped name ("default", "seeds",
+    "zen5", "emeraldrapids", "zen3", "xeon480", "xgb", "ensemble"), a directory written by
+    `save_estimator`, or an estimator (returned as is). `for_device`: the device to predict
+    for (default: the one the model was fitted for): a device id the model was trained on (a
+    multi-device model knows every device of its training data,
+    `cdmpp.model.registry.device_vectors`), "local" (this machine; zero-shot from its measured
+    device vector when the model never saw it), a device.json path, or a
+    `cdmpp.device.Device`."""
     from cdmpp.model.registry import for_device as shipped_for, load_estimator, resolve_for_device
 
     if model is not None and not isinstance(model, (str, os.PathLike)):

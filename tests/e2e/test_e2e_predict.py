@@ -252,7 +252,7 @@ def cli_env(monkeypatch, tmp_path, stored_overhead, model_loads):
     monkeypatch.setattr(registry, "read_meta", lambda spec: {"path": str(spec)})
     monkeypatch.setattr(registry, "fitted_device_id", lambda spec: "0123456789abcdef")
     monkeypatch.setattr(registry, "fitted_device", lambda spec: None)  # no device.json
-    monkeypatch.chdir(tmp_path)  # the default PNG (e2e-<network>.png) lands here, not in the checkout
+    monkeypatch.chdir(tmp_path)  # the default PNG (e2e-<network>.png) lands here, not in git
     return tmp_path
 
 

@@ -487,9 +487,9 @@ def for_device(device) -> str:
 def fitted_for(device) -> str | None:
     """The name of the shipped cdmpp model fitted for `device` (a `Device` or a device id:
     "default" on the Zen 4 VM, "zen5" on the Zen 5 VM, "emeraldrapids" on the Emerald Rapids
-    one, "zen3" on the Zen 3 one, "xeon480" on the model-167 Intel Xeon), else, for a `Device`, the one fitted for the same processor
-    (`device.same_processor`: another VM of it, whose hypervisor shows other CPU flags), else
-    None: a CPU no shipped model knows."""
+    one, "zen3" on the Zen 3 one, "xeon480" on the model-167 Intel Xeon), else, for a
+    `Device`, the one fitted for the same processor (`device.same_processor`: another VM of
+    it, whose hypervisor shows other CPU flags), else None: a CPU no shipped model knows."""
     from cdmpp.device import Device, same_processor
 
     device_id = device.device_id if isinstance(device, Device) else device
