@@ -233,6 +233,13 @@ def test_kernel_nodes_count_the_weights_they_read_in_full(lowered):
     assert graph.weight_bytes() == 4 * (16 * 32 + 32 + 32 * 8 + 8)
 
 
+def test_kernel_nodes_count_the_activations_they_read(lowered):
+    graph = from_relax(lowered("tiny_mlp").mod)
+    # batch 2: the (2, 16) input, then the (2, 32) hidden layer; the constants are weights
+    assert [n.activation_bytes for n in graph.nodes] == [4 * 2 * 16, 4 * 2 * 32]
+    assert graph.activation_bytes() == 4 * 2 * (16 + 32)
+
+
 def test_a_convolutions_weights_are_not_counted_as_matrix_weights():
     """Convolutions lose little to weights from memory in a network (e2e.cold): only matrix
     weights (at most two dimensions) are counted."""
@@ -256,6 +263,8 @@ def test_a_convolutions_weights_are_not_counted_as_matrix_weights():
     graph = from_relax(bb.get())
     assert [(n.kernel, n.weight_bytes) for n in graph.nodes] == [
         ("conv", 0), ("flat", 0), ("matmul", 4 * 8 * 4)]
+    # activations: the input, the convolution's (1, 8, 4, 4) output, its (32, 4) view
+    assert [n.activation_bytes for n in graph.nodes] == [4 * 3 * 6 * 6, 4 * 8 * 16, 4 * 32 * 4]
 
 
 def test_a_table_read_at_data_dependent_rows_is_not_counted_as_weights():

@@ -73,7 +73,44 @@ def test_calibration_measures_the_vm_on_chains_of_tiny_kernels(device):
         assert len(probe.warm_s) == len(probe.cycled_s) == 7
         extra = sorted(c - w for c, w in zip(probe.cycled_s, probe.warm_s))[3]
         assert probe.s_per_byte == pytest.approx(max(extra, 0.0) / probe.weight_bytes)
+    # the memory-streaming probe: 64 MiB read and 64 written, seven passes, the median one
+    stream = cal.activations
+    assert stream.bytes_moved == 2 * 64 * 2**20 and len(stream.pass_s) == 7
+    assert stream.s_per_byte == pytest.approx(sorted(stream.pass_s)[3] / stream.bytes_moved)
     assert oh.OverheadCalibration.from_json(cal.to_json()) == cal
+
+
+def test_the_streaming_probe_times_its_median_call_pass_by_pass(device):
+    from cdmpp.e2e.activations import StreamProbe, measure_activation_cost
+
+    probe = measure_activation_cost(device, mib=1, passes=3, calls=2)
+    assert probe.bytes_moved == 2 * 2**20 and len(probe.pass_s) == 3 and min(probe.pass_s) > 0
+    assert StreamProbe.from_json(probe.to_json()) == probe
+    with pytest.raises(ValueError, match="passes and calls"):
+        measure_activation_cost(device, passes=0)
+
+
+def test_every_kernel_call_pays_its_activations_at_the_calibrated_rate(
+        tmp_path, monkeypatch, device, lowered):
+    from e2e_helpers import StubEstimator
+
+    from cdmpp.e2e.activations import StreamProbe
+    from cdmpp.e2e.graph import from_relax
+    from cdmpp.e2e.predict import predict_network
+
+    net = lowered("tiny_mlp")
+    activations = from_relax(net.mod).activation_bytes()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    # 100 bytes moved in 1e-6 s per pass: 1e-8 s per byte
+    oh.save_overhead(replace(_cal(device.device_id), overhead=CallOverhead(0.0, 0.0, 0.0),
+                             activations=StreamProbe(100, (1e-6, 1e-6, 5e-6))), device)
+    r = predict_network(StubEstimator(default_s=1e-5), net, device=device)
+    assert r.replay.overhead.per_activation_byte_s == pytest.approx(1e-8)
+    assert r.activations_s() == pytest.approx(activations * 1e-8)
+    assert r.predicted_s == pytest.approx(2e-5 + activations * 1e-8)
+    js = r.to_json()
+    assert js["activation_bytes"] == activations
+    assert js["overhead"]["activations_s"] == pytest.approx(activations * 1e-8)
 
 
 def test_cold_weights_cost_only_networks_whose_weights_exceed_the_last_level_cache(

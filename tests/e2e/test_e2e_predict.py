@@ -87,6 +87,16 @@ def test_kernels_timed_inside_the_network_are_replayed_beside_those_timed_alone(
     assert with_cold.in_network_replay_s == pytest.approx(both.in_network_replay_s)
     assert f"weights    {weights / 2**20:.1f} MiB of matrices read per inference, from memory" in \
         format_table(with_cold)
+    # and so for activations from memory
+    stream = CallOverhead(per_call_s=1e-6, per_invoke_s=2e-6, per_activation_byte_s=1e-9)
+    activations = both.graph.activation_bytes()
+    with_stream = predict_network(StubEstimator({first: 3e-5, second: 1e-5}), net,
+                                  overhead=stream).with_measurement(m)
+    assert with_stream.measured_kernels_replay_s == pytest.approx(
+        both.measured_kernels_replay_s + activations * 1e-9)
+    assert with_stream.in_network_replay_s == pytest.approx(both.in_network_replay_s)
+    assert "activations 0.0 MiB read by the kernels per inference" in format_table(with_stream)
+    assert "activations" not in table  # no streaming probe, no charge
     # a measurement without the profile (an older one) leaves it out
     plain = r.with_measurement(NetworkMeasurement("tiny_mlp", 1, "dev", 2, timing, alone))
     assert plain.in_network_replay_s is None and "inside the network" not in format_table(plain)

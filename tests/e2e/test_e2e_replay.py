@@ -123,3 +123,16 @@ def test_a_tuned_kernel_reads_its_weights_at_the_tuned_rate():
     r = replay(g, {"a": 1.0, "b": 2.0}, overhead=o)
     assert [r.duration_s(i) for i in range(2)] == [1.0 + 1.0, 2.0 + 8.0]
     assert [o.weights_s(n) for n in g.nodes] == [1.0, 8.0]
+
+
+def test_activations_from_memory_lengthen_each_call_by_their_bytes():
+    g = Graph((Node(0, "a", activation_bytes=100), Node(1, "b", (0,), weight_bytes=1000,
+                                                        activation_bytes=400)))
+    o = CallOverhead(per_call_s=0.5, per_weight_byte_s=1e-3, per_activation_byte_s=1e-2)
+    r = replay(g, {"a": 1.0, "b": 2.0}, overhead=o)
+    assert [r.duration_s(i) for i in range(2)] == pytest.approx([1.0 + 0.5 + 1.0,
+                                                                 2.0 + 0.5 + 1.0 + 4.0])
+    assert [o.activations_s(n) for n in g.nodes] == pytest.approx([1.0, 4.0])
+    # kernel times taken inside the network hold both terms already
+    assert replay(g, {"a": 1.0, "b": 2.0}, overhead=o.from_cache()).total_s == 4.0
+    assert o.without_weights().per_activation_byte_s == 1e-2  # only the weights' term goes

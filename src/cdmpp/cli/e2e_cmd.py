@@ -13,8 +13,9 @@ def add_parser(subparsers) -> None:
         "e2e", help="predict the end-to-end latency of a whole network",
         description="Import a network (built-in, or ONNX), fuse it as TVM's CPU pipeline does, "
                     "predict every kernel TVM runs with the model and replay the dataflow "
-                    "graph with the device's calibrated per-call overhead (and, for matrix "
-                    "weights beyond the cache, their calibrated cost from memory). Prints "
+                    "graph with the device's calibrated per-call overhead (and the "
+                    "calibrated cost of the activations each kernel reads from memory, and of "
+                    "matrix weights beyond the cache). Prints "
                     "the predicted total and the top kernels; with --measure, also the measured "
                     "total and each kernel timed on its own and inside the network. Writes a "
                     "PNG breakdown.")

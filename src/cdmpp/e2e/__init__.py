@@ -21,6 +21,8 @@ Modules, by the data flow:
   graph      Relax `main` -> frozen dataflow graph (one node per runtime call)
   replay     discrete-event replay on queues -> total, start/end per node, critical path
   overhead   the VM's per-call overhead, calibrated on this machine, cached with the device
+  cold       matrix weights a network reads from memory (a probe, kept with the overhead)
+  activations  activations a network's kernels read from memory (a probe, kept likewise)
   measure    the whole network (and each kernel alone) timed like the collector times kernels
   predict    features of every kernel -> estimator -> replay -> `E2EResult`
   report     text table, JSON, PNG breakdown

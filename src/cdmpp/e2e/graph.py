@@ -24,7 +24,10 @@ dimensions) are not counted: in networks far beyond the caches, convolutions ran
 their time alone on three CPUs, weight matmuls 1.07-1.42x (docs/measurement.md, "Matrix
 weights, and the cache a VM really has"). A constant the kernel only gathers rows of (an
 embedding table read at data-dependent indices) is not counted: it reads a few rows, not the
-table.
+table. It also counts the bytes of the activations it reads (`activation_bytes`: its arguments
+that are not constants, the network's inputs and other calls' outputs): in a network another
+kernel has just written them, where the kernel timed alone re-reads its own inputs from its own
+cache (`e2e.activations`).
 The dataclasses are plain Python (no TVM objects) so graphs can also be made by hand.
 """
 
@@ -46,6 +49,7 @@ class Node:
     kind: str = "call_tir"
     var: str = ""  # the Relax variable bound to the result (for messages)
     weight_bytes: int = 0  # bytes of matrix weights (constants, <= 2-D) the call reads in full
+    activation_bytes: int = 0  # bytes of its non-constant tensor arguments (e2e.activations)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -70,6 +74,10 @@ class Graph:
     def weight_bytes(self) -> int:
         """Bytes of matrix weights the calls read in full, over one inference."""
         return sum(node.weight_bytes for node in self.nodes)
+
+    def activation_bytes(self) -> int:
+        """Bytes of activations the calls read, over one inference."""
+        return sum(node.activation_bytes for node in self.nodes)
 
     def kernel_calls(self) -> dict[str, int]:
         """{kernel: number of nodes calling it}, in first-call order (builtins included)."""
@@ -203,6 +211,25 @@ def _weight_bytes(call, mod, tvm, gathered_of: dict) -> int:
     return sum(_nbytes(a.ty.shape, a.ty.dtype) for i, a in consts if i not in gathered)
 
 
+def _activation_bytes(call, tvm) -> int:
+    """Bytes of the tensors a `call_tir` reads that are not constants (activations), counting
+    only those of static shape."""
+    from tvm import relax
+
+    args = call.args[1]
+    args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    total = 0
+    for a in args:
+        ty = a.ty
+        if isinstance(a, tvm.ir.Constant) or not isinstance(ty, relax.TensorType):
+            continue
+        shape = getattr(ty, "shape", None)
+        if shape is None or not all(isinstance(getattr(d, "value", None), int) for d in shape):
+            continue  # a symbolic dimension: its size is not known here
+        total += _nbytes(shape, ty.dtype)
+    return total
+
+
 def from_relax(mod, func_name: str = "main") -> Graph:
     """The dataflow graph of `mod[func_name]` (a Relax function; use the fused module)."""
     from cdmpp.tvm_env import import_tvm
@@ -234,10 +261,11 @@ def from_relax(mod, func_name: str = "main") -> Graph:
             if kind is None:  # tuple, tuple item, alias, constant, match_cast: data only
                 producers[binding.var] = inputs
                 continue
-            weights = (_weight_bytes(value, mod, tvm, gathered_of) if kind[0] == "call_tir"
-                       else 0)
+            tir = kind[0] == "call_tir"
+            weights = _weight_bytes(value, mod, tvm, gathered_of) if tir else 0
+            activations = _activation_bytes(value, tvm) if tir else 0
             node = Node(len(nodes), kind[1], tuple(sorted(inputs)), kind[0],
-                        binding.var.name, weights)
+                        binding.var.name, weights, activations)
             nodes.append(node)
             producers[binding.var] = frozenset((node.id,))
     return Graph(tuple(nodes))

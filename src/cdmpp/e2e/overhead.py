@@ -18,6 +18,8 @@ weights read from memory in a network where a kernel timed alone finds them in c
 (`e2e.cold`: a probe matmul timed warm and cycling through twice the last-level cache of
 copies of its weights; since method 3 under two schedules, hand-written and tuned; since
 method 4 with the cache the VM really has, probed below the last-level cache it reports).
+Since method 5 it also holds the cost of activations a kernel reads in a network, where the
+kernels before it have just written them (`e2e.activations`: a memory-streaming probe).
 
 Stored as `<cache>/devices/<device_id>/overhead.json` beside that device's `device.json`
 (`<cache>` = $XDG_CACHE_HOME/cdmpp or ~/.cache/cdmpp), with every measured value.
@@ -32,13 +34,15 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.clock import now_iso
+from cdmpp.e2e.activations import StreamProbe
 from cdmpp.e2e.cold import ColdWeights
 from cdmpp.e2e.replay import CallOverhead
 from cdmpp.paths import device_dir
 
 OVERHEAD_FILE = "overhead.json"
-METHOD_VERSION = 4  # 2: + the cold-weights probe (e2e.cold); 3: + its tuned probe;
-# 4: + the cache the VM really has, and only matrix weights charged
+METHOD_VERSION = 5  # 2: + the cold-weights probe (e2e.cold); 3: + its tuned probe;
+# 4: + the cache the VM really has, and only matrix weights charged; 5: + activations
+# (e2e.activations)
 METHOD = ("least-squares slopes of VM time vs chain length: L tiny kernels (minus the kernel "
           "alone) and L reshape views; per-invoke = shortest kernel chain minus its calls; "
           "collector's timing protocol, minimum over every repeat of every pass")
@@ -58,6 +62,8 @@ class OverheadCalibration:
     tiny_kernel_s: float
     values: dict  # every repeat of every pass: {"kernel_chain_64": [...], ...}
     cold: ColdWeights | None = None  # weights from memory in a network (e2e.cold)
+    # activations from memory in a network (e2e.activations)
+    activations: StreamProbe | None = None
 
     def to_json(self) -> dict:
         return {"device_id": self.device_id, "threads": self.threads,
@@ -70,7 +76,8 @@ class OverheadCalibration:
                 "kernel_chain_s": list(self.kernel_chain_s),
                 "view_chain_s": list(self.view_chain_s), "tiny_kernel_s": self.tiny_kernel_s,
                 "values": self.values,
-                "cold_weights": None if self.cold is None else self.cold.to_json()}
+                "cold_weights": None if self.cold is None else self.cold.to_json(),
+                "activations": None if self.activations is None else self.activations.to_json()}
 
     @classmethod
     def from_json(cls, d: dict, source: str = "<dict>") -> "OverheadCalibration":
@@ -82,7 +89,9 @@ class OverheadCalibration:
                        tuple(d["kernel_chain_s"]), tuple(d["view_chain_s"]),
                        float(d["tiny_kernel_s"]), dict(d.get("values", {})),
                        None if d.get("cold_weights") is None
-                       else ColdWeights.from_json(d["cold_weights"]))
+                       else ColdWeights.from_json(d["cold_weights"]),
+                       None if d.get("activations") is None
+                       else StreamProbe.from_json(d["activations"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{source}: not an overhead calibration ({e!r})") from e
 
@@ -117,11 +126,12 @@ def _slope(lengths, times) -> float:
 
 
 def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None,
-                       cold_llc_bytes: int | None = None, cold: bool = True
-                       ) -> OverheadCalibration:
+                       cold_llc_bytes: int | None = None, cold: bool = True,
+                       activations: bool = True) -> OverheadCalibration:
     """Measure the VM's overhead on this machine (a few seconds), with the device's threads;
     with `cold`, also the cold-weights probe (`e2e.cold`; `cold_llc_bytes`: its last-level
-    cache, default the device's)."""
+    cache, default the device's); with `activations`, the memory-streaming probe
+    (`e2e.activations`, about a second)."""
     from cdmpp.device import local_device
     from cdmpp.measure.collect import threads_for
 
@@ -134,6 +144,10 @@ def calibrate_overhead(device=None, *, lengths=CHAIN_LENGTHS, protocol=None,
             from cdmpp.e2e.cold import measure_cold_weights
 
             cal = replace(cal, cold=measure_cold_weights(device, llc_bytes=cold_llc_bytes))
+        if activations:
+            from cdmpp.e2e.activations import measure_activation_cost
+
+            cal = replace(cal, activations=measure_activation_cost(device))
         return cal
 
 

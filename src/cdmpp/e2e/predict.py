@@ -87,7 +87,7 @@ class E2EResult:
                        measured_kernels_median_replay_s=self._replay_with(m.kernel_median_s()),
                        # timed inside the network, the kernels already read their weights
                        # from memory: no cold-weights term on top
-                       in_network_replay_s=self._replay_with(in_network, cold_weights=False)
+                       in_network_replay_s=self._replay_with(in_network, from_memory=False)
                        if in_network else None)
 
     def with_database(self, latencies: Mapping[str, float]) -> "E2EResult":
@@ -99,14 +99,14 @@ class E2EResult:
         kernels = tuple(replace(k, database_s=latencies.get(k.name)) for k in self.kernels)
         return replace(self, kernels=kernels, database_replay_s=self._replay_with(latencies))
 
-    def _replay_with(self, kernel_s: Mapping[str, float], cold_weights: bool = True
+    def _replay_with(self, kernel_s: Mapping[str, float], from_memory: bool = True
                      ) -> float | None:
         """The total of this result's graph replayed with other kernel durations (same queues
-        and call overhead; without the cold-weights term unless `cold_weights`), or None when
-        some kernel has none."""
+        and call overhead; without the terms for weights and activations read from memory
+        unless `from_memory`), or None when some kernel has none."""
         overhead = self.replay.overhead
-        if not cold_weights:
-            overhead = overhead.without_weights()
+        if not from_memory:
+            overhead = overhead.from_cache()
         try:
             return replay(self.graph, dict(kernel_s), overhead=overhead,
                           queue_of=dict(enumerate(self.replay.queue))).total_s
@@ -116,6 +116,10 @@ class E2EResult:
     def weights_s(self) -> float:
         """What the replay charges for weights read from memory, over one inference."""
         return sum(self.replay.overhead.weights_s(node) for node in self.graph.nodes)
+
+    def activations_s(self) -> float:
+        """What the replay charges for activations read from memory, over one inference."""
+        return sum(self.replay.overhead.activations_s(node) for node in self.graph.nodes)
 
     def to_json(self) -> dict:
         o = self.replay.overhead
@@ -132,8 +136,11 @@ class E2EResult:
                              "per_invoke_s": o.per_invoke_s,
                              "per_weight_byte_s": o.per_weight_byte_s,
                              "per_tuned_weight_byte_s": o.per_tuned_weight_byte_s,
-                             "weights_s": self.weights_s()},
+                             "weights_s": self.weights_s(),
+                             "per_activation_byte_s": o.per_activation_byte_s,
+                             "activations_s": self.activations_s()},
                 "weight_bytes": self.graph.weight_bytes(),
+                "activation_bytes": self.graph.activation_bytes(),
                 "critical_path": list(self.critical_path_kernels()),
                 "timings_s": dict(self.timings_s),
                 "measurement": None if self.measurement is None else self.measurement.to_json()}
@@ -200,7 +207,9 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
     from cdmpp.e2e.kernels import NetworkModule, lower_network
 
     timings = {}
-    cold = None  # the device's cold-weights probe (e2e.cold), with the calibrated overhead
+    # the device's cold-weights and memory-streaming probes (e2e.cold, e2e.activations), with
+    # the calibrated overhead
+    cold = stream = None
     if not isinstance(network, NetworkModule):
         if target is None:
             raise ValueError("predicting a Relax IRModule needs a target")
@@ -214,7 +223,7 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
 
         device = device or local_device()
         calibration = load_overhead(device, log=log)
-        overhead, cold = calibration.overhead, calibration.cold
+        overhead, cold, stream = calibration.overhead, calibration.cold, calibration.activations
     overhead = overhead or CallOverhead()
 
     t0 = time.perf_counter()
@@ -226,6 +235,8 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
         overhead = replace(overhead, per_weight_byte_s=cold.at(weights),
                            per_tuned_weight_byte_s=cold.at(weights, tuned=True),
                            tuned_kernels=frozenset(k.name for k in network.kernels if k.tuned))
+    if stream is not None:  # every kernel reads what the kernels before it just wrote
+        overhead = replace(overhead, per_activation_byte_s=stream.s_per_byte)
     result = replay(graph, {**(extra_kernel_s or {}), **kernel_s}, overhead=overhead,
                     queue_of=queue_of)
     t2 = time.perf_counter()

@@ -9,7 +9,8 @@ Model (dPRO, MLSys'22, simplified to inference on one host):
   dispatch: `Overhead.per_call_s` for kernels, `per_builtin_s` for builtins such as a reshape
   view, which have no kernel time) + its weights read from memory (`Node.weight_bytes` x
   `CallOverhead.per_weight_byte_s`, or `per_tuned_weight_byte_s` for a kernel in
-  `tuned_kernels`: `e2e.cold`);
+  `tuned_kernels`: `e2e.cold`) + its activations read from memory (`Node.activation_bytes` x
+  `CallOverhead.per_activation_byte_s`: `e2e.activations`);
 - every node runs on one queue (a device or stream): all CPU nodes share queue "cpu" unless
   `queue_of` says otherwise; a queue runs one node at a time, in a fixed order: the graph's
   topological order with ties broken by `priority`, then by program order (as the VM executes);
@@ -45,6 +46,9 @@ class CallOverhead:
     # ... by a kernel whose schedule came from a tuning database (its own probe, e2e.cold)
     per_tuned_weight_byte_s: float = 0.0
     tuned_kernels: frozenset[str] = frozenset()
+    # an activation byte a kernel reads, passed through memory by the kernels before it
+    # (e2e.activations)
+    per_activation_byte_s: float = 0.0
 
     def for_kind(self, kind: str) -> float:
         return self.per_call_s if kind in KERNEL_KINDS else self.per_builtin_s
@@ -55,13 +59,22 @@ class CallOverhead:
         return node.weight_bytes * (self.per_tuned_weight_byte_s if tuned
                                     else self.per_weight_byte_s)
 
+    def activations_s(self, node) -> float:
+        """The node's activations read from memory."""
+        return node.activation_bytes * self.per_activation_byte_s
+
     def for_node(self, node) -> float:
-        """Dispatch of the node's kind + its weights read from memory."""
-        return self.for_kind(node.kind) + self.weights_s(node)
+        """Dispatch of the node's kind + its weights and activations read from memory."""
+        return self.for_kind(node.kind) + self.weights_s(node) + self.activations_s(node)
 
     def without_weights(self) -> "CallOverhead":
         """The same overhead with weights read from cache."""
         return replace(self, per_weight_byte_s=0.0, per_tuned_weight_byte_s=0.0)
+
+    def from_cache(self) -> "CallOverhead":
+        """The same overhead with weights and activations read from cache: for kernel times
+        taken inside the network, which hold both already."""
+        return replace(self.without_weights(), per_activation_byte_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -72,7 +85,8 @@ class KernelTime:
     kind: str  # graph node kind (call_tir, builtin, ...)
     calls: int
     kernel_s: float  # one call, kernel only
-    overhead_s: float  # one call, runtime overhead (+ weights from memory), mean over calls
+    # one call, runtime overhead (+ weights and activations from memory), mean over calls
+    overhead_s: float
     total_s: float  # calls * (kernel_s + overhead_s)
     share: float  # of the sum over all kernels and builtins
 

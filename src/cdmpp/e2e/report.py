@@ -181,6 +181,12 @@ def format_table(result, top: int = 10) -> str:
     elif weights:
         lines.append(f"weights    {weights / 2**20:.1f} MiB of matrices read per inference; not "
                      "charged (within the cache, or no cold-weights calibration)")
+    activations = result.graph.activation_bytes()
+    if activations and o.per_activation_byte_s > 0:
+        lines.append(f"activations {activations / 2**20:.1f} MiB read by the kernels per "
+                     "inference, just written by others (timed alone, from cache): "
+                     f"{1e9 * o.per_activation_byte_s:.4f} ns per byte, "
+                     f"{_ms(result.activations_s())} ms")
     lines.append("")
     measured = any(k.measured_s is not None for k in result.kernels)
     head = f"{'kernel':<44} {'calls':>5} {'pred ms/call':>12} {'pred ms':>9} {'share':>6}"
