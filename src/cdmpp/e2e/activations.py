@@ -7,11 +7,11 @@ A kernel timed alone runs many times in a row on the same inputs, so each thread
 of them in its own cache. In a network a kernel reads what the kernels before it have just
 written, and by then the tensors of the calls between, split across the threads another way,
 have passed through the caches too. On the model-167 Intel Xeon VM (2026-12-07, the Zen 4
-kernels database, `benchmarks/in_network.py` and `cdmpp e2e --measure`) the tuned CNNs ran
-1.14-1.24x (MobileNet-V2), 1.06-1.13x (ResNet-50) and 0.98-1.12x (ResNet-18) the replay of their
-kernels timed alone, in six runs over a day: MobileNet-V2, whose kernels move the most bytes per
-second of work, lost the most. The untuned networks, whose kernels take 10-100x longer on the
-same bytes, ran within a few percent of their kernels alone.
+kernels database, `benchmarks/e2e.py --kernels` and `cdmpp e2e --measure`) the tuned CNNs ran
+1.14-1.24x (MobileNet-V2), 1.06-1.13x (ResNet-50) and 0.96-1.12x (ResNet-18) the replay of their
+kernels timed alone, in four runs over an afternoon: MobileNet-V2, whose kernels move the most
+bytes per second of work, lost the most. The untuned networks, whose kernels take 10-100x
+longer on the same bytes, ran within a few percent of their kernels alone.
 
 The cost charged (`METHOD`): each kernel call's activation bytes (`graph.Node.activation_bytes`,
 its non-constant arguments) x the seconds per byte moved of a memory-streaming probe (the

@@ -86,7 +86,7 @@ class E2EResult:
                        measured_kernels_replay_s=self._replay_with(per_kernel),
                        measured_kernels_median_replay_s=self._replay_with(m.kernel_median_s()),
                        # timed inside the network, the kernels already read their weights
-                       # from memory: no cold-weights term on top
+                       # and activations from memory: no such terms on top
                        in_network_replay_s=self._replay_with(in_network, from_memory=False)
                        if in_network else None)
 
