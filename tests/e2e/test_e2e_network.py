@@ -286,3 +286,27 @@ def test_a_table_read_at_data_dependent_rows_is_not_counted_as_weights():
         bb.emit_func_output(out)
     graph = from_relax(bb.get())
     assert [(n.kernel, n.weight_bytes) for n in graph.nodes] == [("take", 0), ("matmul", 128)]
+
+
+def test_an_activation_of_symbolic_shape_is_not_counted():
+    """Its size is not known before run time: no bytes are guessed for it."""
+    from tvm import relax, te, tirx
+    from tvm.script import relax as R
+
+    from cdmpp.tvm_env import import_tvm
+
+    import_tvm()
+    n = tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((n, 4), "float32"))
+    y = relax.Var("y", R.Tensor((2, 4), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            a = bb.emit_te(lambda t: te.compute(t.shape, lambda i, j: t[i, j] * 2.0), x,
+                           primfunc_name_hint="double")
+            b = bb.emit_output(bb.emit_te(lambda t: te.compute(t.shape, lambda i, j: t[i, j] + 1.0),
+                                          y, primfunc_name_hint="inc"))
+        bb.emit_func_output(relax.Tuple([a, b]))
+    graph = from_relax(bb.get())
+    assert [(node.kernel, node.activation_bytes) for node in graph.nodes] == [
+        ("double", 0), ("inc", 4 * 2 * 4)]
