@@ -90,6 +90,18 @@ def test_the_streaming_probe_times_its_median_call_pass_by_pass(device):
         measure_activation_cost(device, passes=0)
 
 
+def test_a_stored_streaming_probe_without_passes_is_a_clear_error(tmp_path):
+    from cdmpp.e2e.activations import StreamProbe
+
+    cal = replace(_cal("dev"), activations=StreamProbe(100, (1e-6,)))
+    path = oh.save_overhead(cal, root=tmp_path)
+    data = json.loads(path.read_text())
+    data["activations"]["pass_s"] = []  # a hand-edited or truncated file
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"overhead\.json: not an overhead calibration.*pass"):
+        oh.read_overhead("dev", tmp_path)
+
+
 def test_every_kernel_call_pays_its_activations_at_the_calibrated_rate(
         tmp_path, monkeypatch, device, lowered):
     from e2e_helpers import StubEstimator

@@ -43,6 +43,11 @@ class StreamProbe:
     bytes_moved: int  # read and written by one call
     pass_s: tuple[float, ...]  # per pass: its median call
 
+    def __post_init__(self):
+        if self.bytes_moved <= 0 or not self.pass_s or min(self.pass_s) <= 0:
+            raise ValueError(f"a streaming probe needs bytes moved > 0 and at least one pass, "
+                             f"each > 0 s; got {self.bytes_moved} bytes, passes {self.pass_s}")
+
     @property
     def s_per_byte(self) -> float:
         """Seconds per byte moved: the median pass (the host's typical state) / bytes moved."""

@@ -188,15 +188,19 @@ def _gathered_params(prim_func) -> set[int]:
 MATRIX_WEIGHT_MAX_DIMS = 2
 
 
+def _tir_args(call) -> list:
+    """The tensor arguments of a `call_tir` (its second argument: one, or a tuple of them)."""
+    from tvm import relax
+
+    args = call.args[1]
+    return list(args.fields) if isinstance(args, relax.Tuple) else [args]
+
+
 def _weight_bytes(call, mod, tvm, gathered_of: dict) -> int:
     """Bytes of the matrix weights (constant arguments of at most `MATRIX_WEIGHT_MAX_DIMS`
     dimensions) a `call_tir` reads in full. `gathered_of`: callee name -> its gathered
     parameters, filled as callees are met (a kernel is called many times)."""
-    from tvm import relax
-
-    args = call.args[1]
-    args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
-    consts = [(i, a) for i, a in enumerate(args) if isinstance(a, tvm.ir.Constant)
+    consts = [(i, a) for i, a in enumerate(_tir_args(call)) if isinstance(a, tvm.ir.Constant)
               and len(a.ty.shape) <= MATRIX_WEIGHT_MAX_DIMS]
     if not consts:
         return 0
@@ -216,10 +220,8 @@ def _activation_bytes(call, tvm) -> int:
     only those of static shape."""
     from tvm import relax
 
-    args = call.args[1]
-    args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
     total = 0
-    for a in args:
+    for a in _tir_args(call):
         ty = a.ty
         if isinstance(a, tvm.ir.Constant) or not isinstance(ty, relax.TensorType):
             continue
