@@ -17,6 +17,9 @@ measurement; the first one fills the table's main columns, the others add an err
 With `--tuning-db`, the replay of the database's own timing of every kernel (`replay(db)`; no
 model, no new run) is reported too, and how far each model's prediction is from it (`vs db`):
 the model's error on the kernels alone, free of the run-to-run drift of a measured total.
+A database timed on another device for which a shipped model is fitted is also anchored on its
+timings (`E2EResult.with_anchor`): each model's anchored total is in the `--json` rows
+(`anchored_s`), and its error against the measured total is summed up below the table.
 `--no-measure` skips the runs (seconds per network instead of minutes). `--measured-from OUT`
 skips them too and compares the predictions with the totals an earlier run's `--json OUT`
 measured on this device (new models against one measurement; say when it was taken: the host
@@ -51,9 +54,10 @@ from pathlib import Path
 
 
 def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, device,
-            measure: bool = True, both_placements_s: float = 0.0) -> dict:
+            measure: bool = True, both_placements_s: float = 0.0, source=None) -> dict:
     from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.measure import measure_network
+    from cdmpp.e2e.pipeline import anchor_predictions
     from cdmpp.e2e.predict import predict_network
     from cdmpp.programs.network_kernels import network_module
 
@@ -66,6 +70,10 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
     if tuning_db is not None:
         recorded = database_latencies(net)
         results = {m: r.with_database(recorded) for m, r in results.items()}
+        # a database timed on another device (`source`: opened once, as a Database object)
+        anchor = anchor_predictions(net, device, timed_on=source)
+        if anchor is not None:
+            results = {m: r.with_anchor(anchor[1], anchor[0]) for m, r in results.items()}
     t2 = time.perf_counter()
     measurement = (measure_network(net, device=device, kernels=kernels,
                                    both_placements_s=both_placements_s) if measure else None)
@@ -93,7 +101,9 @@ def run_one(models: dict, name: str, batch: int, *, kernels: bool, tuning_db, de
             "by_placement": {} if measurement is None else measurement.by_placement(),
             "by_model": {m: {"predicted_s": r.predicted_s, "error_rel": r.error_rel,
                              "vs_database_rel": None if r.database_replay_s is None
-                             else r.predicted_s / r.database_replay_s - 1}
+                             else r.predicted_s / r.database_replay_s - 1,
+                             # anchored on the database's timings (`E2EResult.with_anchor`)
+                             "anchored_s": r.anchored_replay_s, "anchor_model": r.anchor_model}
                          for m, r in results.items()}}
 
 
@@ -253,6 +263,15 @@ def table(rows) -> str:
                     lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
                                  f" worst {100 * max(errors):.1f}% over {len(errors)} networks,"
                                  f" within 10% {sum(e <= 0.10 for e in errors)} of {len(errors)}")
+            anchored = [r["by_model"][m]["anchored_s"] / r["measured_s"] - 1 for r in rows
+                        if r["by_model"][m].get("anchored_s") and r["measured_s"]]
+            if anchored:
+                source = rows[0]["by_model"][m]["anchor_model"]
+                lines.append(f"{m} anchored on the database's timings ({source} for its device) "
+                             f"vs measured: mean |error| "
+                             f"{100 * sum(map(abs, anchored)) / len(anchored):.1f}%, worst "
+                             f"{100 * max(map(abs, anchored)):.1f}%, within 10% "
+                             f"{sum(abs(e) <= 0.10 for e in anchored)} of {len(anchored)}")
             for state in sorted({s for r in rows for s in r["by_placement"]}):
                 errors = [r["by_model"][m]["predicted_s"] / r["by_placement"][state] - 1
                           for r in rows if state in r["by_placement"]]
@@ -325,13 +344,16 @@ def main() -> int:
     import torch
 
     from cdmpp.device import local_device
-    from cdmpp.e2e.kernels import open_tuning_database
+    from cdmpp.e2e.kernels import read_tuning_database
+    from cdmpp.e2e.pipeline import database_device
     from cdmpp.measure.collect import set_threads
     from cdmpp.model.registry import (fitted_device_id, for_device_id, load_estimator,
                                       resolve_for_device)
 
     torch.set_num_threads(1)  # torch only exports; the cores are TVM's
-    tuning_db = open_tuning_database(args.tuning_db)  # once for all networks (~5 s each open)
+    # once for all networks (~5 s each open); the device its records were timed on
+    tuning_db, timed_on = read_tuning_database(args.tuning_db)
+    source = database_device(args.tuning_db, timed_on)
     names = args.model or ["default"]
     device = local_device()
     models, asked = {}, {}
@@ -380,7 +402,7 @@ def main() -> int:
 
     for name, batch in configs:
         rows.append(run_one(models, name, batch, kernels=args.kernels,
-                            tuning_db=tuning_db, device=device,
+                            tuning_db=tuning_db, source=source, device=device,
                             measure=not (args.no_measure or stored is not None),
                             both_placements_s=args.both_placements))
         if stored is not None:

@@ -162,6 +162,28 @@ def test_a_tuning_database_replaces_the_kernels_it_holds(lowered, device, tmp_pa
         lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "x")
 
 
+def test_a_database_timed_on_another_device_is_anchored_with_that_devices_model(
+        lowered, device, tmp_path):
+    from cdmpp.device import save_device
+    from cdmpp.e2e.kernels import lower_network
+    from cdmpp.e2e.networks import import_network
+    from cdmpp.e2e.pipeline import anchor_predictions
+    from cdmpp.model.registry import fitted_device, shipped_device_models
+
+    _tuning_database(lowered, device, tmp_path)
+    here = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
+    assert anchor_predictions(here, device) is None  # timed on this device: no anchoring
+    name = next(n for n in shipped_device_models()
+                if fitted_device(n).device_id != device.device_id)
+    save_device(tmp_path, fitted_device(name))  # as if timed on that model's device
+    there = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
+    source, predicted = anchor_predictions(there, device)
+    assert source == name  # the shipped model fitted for the database's device
+    assert set(predicted) == {k.name for k in there.kernels}
+    assert all(v > 0 for v in predicted.values())
+    assert anchor_predictions(there, device, anchor_model=None) is None
+
+
 def test_kernels_from_a_tuning_database_read_their_weights_at_the_tuned_probes_rate(
         lowered, device, tmp_path, monkeypatch):
     from dataclasses import replace

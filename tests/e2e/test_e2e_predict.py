@@ -54,6 +54,33 @@ def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered)
     assert f"critical path 2 of 2 calls, 0.042 ms busy; its longest call {first}" in table
 
 
+def test_a_prediction_anchored_on_another_devices_timings(lowered):
+    from cdmpp.e2e.report import format_table
+
+    r, _, first, second = _tiny_mlp_predicted(lowered)  # 3e-5 and 1e-5 s a kernel
+    # the database's device: timed 2e-5 and 1e-5, its model predicting 6e-5 and 1e-5
+    both = r.with_database({first: 2e-5, second: 1e-5}).with_anchor(
+        {first: 6e-5, second: 1e-5}, "there")
+    # each kernel: its timing there x this model's prediction / that device's model's
+    assert {k.name: k.anchored_s for k in both.kernels} == pytest.approx(
+        {first: 2e-5 * 3e-5 / 6e-5, second: 1e-5})
+    assert both.anchored_replay_s == pytest.approx(1e-5 + 1e-5 + 2 * 1e-6 + 2e-6)
+    assert both.predicted_s == r.predicted_s  # the prediction itself is unchanged
+    assert both.to_json()["anchored_replay_s"] == both.anchored_replay_s
+    assert both.to_json()["anchor_model"] == "there"
+    assert both.to_json()["kernels"][0]["anchored_s"] == pytest.approx(1e-5)
+    assert ("anchored on the database's timings: 0.024 ms (a kernel's time there x this "
+            "model's prediction / there's for that device)") in format_table(both)
+    # a kernel the database does not time (or its model cannot) keeps this model's prediction
+    part = r.with_database({first: 2e-5}).with_anchor({first: 6e-5, second: 1e-5}, "there")
+    assert {k.name: k.anchored_s for k in part.kernels} == pytest.approx(
+        {first: 1e-5, second: 1e-5})
+    none = r.with_database({first: 2e-5, second: 1e-5}).with_anchor({first: 0.0}, "there")
+    assert {k.name: k.anchored_s for k in none.kernels} == pytest.approx(
+        {first: 3e-5, second: 1e-5})
+    assert r.anchored_replay_s is None and "anchored" not in format_table(r)
+
+
 def test_kernels_timed_inside_the_network_are_replayed_beside_those_timed_alone(lowered):
     from cdmpp.e2e.measure import NetworkMeasurement
     from cdmpp.e2e.report import format_table
@@ -355,3 +382,6 @@ def test_cli_without_a_model_is_a_clear_error(capsys):
 
     assert main(["e2e", "--network", "tiny_mlp", "--model", "/nonexistent/model"]) == 2
     assert "model directory /nonexistent/model does not exist" in capsys.readouterr().err
+    # the model to anchor a foreign database's timings on is checked as early
+    assert main(["e2e", "--network", "tiny_mlp", "--anchor-model", "/nonexistent/anchor"]) == 2
+    assert "model directory /nonexistent/anchor does not exist" in capsys.readouterr().err

@@ -23,6 +23,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--tuning-db", metavar="DIR", default=None,
                    help="a TVM meta_schedule JSON database: its best schedules replace the "
                         "kernels it holds (default: TVM's untuned kernels)")
+    p.add_argument("--anchor-model", default="auto", metavar="MODEL",
+                   help="for a tuning database timed on another device: the model of that "
+                        "device whose predictions, with the database's timings, anchor a "
+                        "second estimate (its time there x this model's prediction / that "
+                        "model's; printed beside the prediction). 'auto' (default): the "
+                        "shipped model fitted for that device, if any; 'none': no anchoring")
     p.add_argument("--model", default=None, metavar="MODEL",
                    help=model_help("the shipped cdmpp model fitted for "
                                    "this machine's device, else default"))
@@ -52,6 +58,8 @@ def run(args) -> int:
     spec = args.model
     if spec is not None:  # first: a missing model fails before TVM work
         read_meta(spec)
+    if args.anchor_model not in ("auto", "none"):
+        read_meta(args.anchor_model)
 
     from cdmpp.device import local_device
     from cdmpp.e2e.pipeline import run_network
@@ -70,7 +78,8 @@ def run(args) -> int:
     name, batch, mod = import_network_argument(args, _log)
     _log(f"imported in {time.perf_counter() - start:.1f} s")
     result = run_network(mod, model, device, name=name, batch=batch, tuning_db=args.tuning_db,
-                         measure=args.measure, log=_log)
+                         measure=args.measure, log=_log,
+                         anchor_model=None if args.anchor_model == "none" else args.anchor_model)
     print(format_table(result, args.top))
     if args.json:
         print(f"wrote {write_json(result, args.json)}")

@@ -5,6 +5,7 @@ One sequence for `cdmpp e2e` and `cdmpp.predict_network`."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 # a network timed in one placement of the threads, on a device known to have two, waits this
 # long for the other (measure.placement; seen here: placements of 10-90 s)
@@ -15,27 +16,71 @@ def _quiet(_message: str) -> None:
     pass
 
 
+def _elsewhere(timed_on, device) -> bool:
+    """Whether a database timed on `timed_on` (a device id, or a records' target id) was timed
+    on another device than `device`."""
+    from cdmpp.features.samples import target_device_id
+
+    return timed_on is not None and timed_on not in (device.device_id,
+                                                     target_device_id(device.target))
+
+
 def _warn_if_timed_elsewhere(net, device) -> None:
     """A tuning database timed on another device: its schedules apply here, but the replay of
     its timings is that device's, not a measure of the prediction's error."""
     import warnings
 
-    from cdmpp.features.samples import target_device_id
-
     timed_on = net.database_device_id
-    if timed_on is not None and timed_on not in (device.device_id,
-                                                 target_device_id(device.target)):
+    if _elsewhere(timed_on, device):
         warnings.warn(f"the tuning database {net.tuning_db} was timed on device {timed_on}, not "
                       f"on this one ({device.device_id}): the replay of its timings is that "
                       "device's, not a check of this prediction")
 
 
+def database_device(tuning_db, timed_on: str | None):
+    """The device a tuning database at path `tuning_db` was timed on: its device.json's `Device`
+    (another VM of a known CPU is found by it), else `timed_on` (its id, or None)."""
+    from cdmpp.device import load_device
+
+    if not isinstance(tuning_db, (str, Path)) or timed_on is None:
+        return timed_on
+    source = load_device(tuning_db)
+    return source if source is not None and source.device_id == timed_on else timed_on
+
+
+def anchor_predictions(net, device, anchor_model="auto", *, timed_on=None):
+    """(model name, {kernel: seconds per call} it predicts) for anchoring a prediction of
+    lowered network `net` on its tuning database's timings (`E2EResult.with_anchor`), when
+    the database was timed on another device than `device`; else None. `anchor_model`: the
+    model of that device; "auto" the shipped model fitted for it (`registry.fitted_for`),
+    None for none. `timed_on`: the database's device (a `Device` or an id; by default
+    `database_device` of the path `net` was lowered with), for a network lowered with an open
+    meta_schedule Database."""
+    from cdmpp.device import Device
+
+    if timed_on is None:
+        timed_on = database_device(net.tuning_db, net.database_device_id)
+    timed_on_id = timed_on.device_id if isinstance(timed_on, Device) else timed_on
+    if anchor_model is None or not _elsewhere(timed_on_id, device):
+        return None
+    from cdmpp.e2e.predict import predict_kernels
+    from cdmpp.model.registry import fitted_for, load_estimator
+
+    name = fitted_for(timed_on) if anchor_model == "auto" else anchor_model
+    if name is None:
+        return None
+    return name, predict_kernels(load_estimator(name), net.kernels, device.target)
+
+
 def run_network(mod, estimator, device, *, name: str = "network", batch: int | None = None,
-                tuning_db=None, measure: bool = False, log=None):
+                tuning_db=None, measure: bool = False, anchor_model: str | None = "auto",
+                log=None):
     """E2EResult of Relax module `mod` on `device` (a `cdmpp.device.Device`): predicted with
     `estimator`; with `tuning_db` its best records applied and their own timings replayed
     beside; with `measure` the network and each kernel timed here (the collector's protocol,
-    with the device's threads). `log` gets progress lines."""
+    with the device's threads). `anchor_model`: for a database timed on another device, the
+    model of that device to anchor on its timings (`E2EResult.with_anchor`); "auto" the shipped
+    model fitted for it, if any; None not at all. `log` gets progress lines."""
     from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.predict import predict_network
 
@@ -47,6 +92,9 @@ def run_network(mod, estimator, device, *, name: str = "network", batch: int | N
     if tuning_db:
         result = result.with_database(database_latencies(net))
         _warn_if_timed_elsewhere(net, device)
+        anchor = anchor_predictions(net, device, anchor_model)
+        if anchor is not None:
+            result = result.with_anchor(anchor[1], anchor[0])
     log(f"fused in {lower_s:.1f} s; predicted in {result.timings_s['prediction_s']:.2f} s")
     if measure:
         from cdmpp.e2e.measure import measure_network

@@ -34,13 +34,17 @@ class KernelPrediction:
     kind: str = "call_tir"  # graph node kind; "builtin" rows have no kernel time
     database_s: float | None = None  # one call, as the tuning database records it
     in_network_s: float | None = None  # one call, timed inside the network (with --measure)
+    # one call: the database's timing on its own device x this model's / that device's model's
+    # prediction (`E2EResult.with_anchor`); the prediction where the database has no timing
+    anchored_s: float | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "calls": self.calls, "predicted_s": self.predicted_s,
                 "predicted_total_s": self.total_s, "measured_s": self.measured_s,
                 "measured_total_s": None if self.measured_s is None
                 else self.calls * self.measured_s, "tuned": self.tuned, "kind": self.kind,
-                "database_s": self.database_s, "in_network_s": self.in_network_s}
+                "database_s": self.database_s, "in_network_s": self.in_network_s,
+                "anchored_s": self.anchored_s}
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class E2EResult:
     measured_kernels_median_replay_s: float | None = None
     database_replay_s: float | None = None  # replay with the tuning database's timings
     in_network_replay_s: float | None = None  # replay with kernels timed inside the network
+    anchored_replay_s: float | None = None  # replay anchored on the database's own timings
+    anchor_model: str | None = None  # the model of the database's device behind it
 
     @property
     def error_rel(self) -> float | None:
@@ -99,6 +105,28 @@ class E2EResult:
         kernels = tuple(replace(k, database_s=latencies.get(k.name)) for k in self.kernels)
         return replace(self, kernels=kernels, database_replay_s=self._replay_with(latencies))
 
+    def with_anchor(self, source_predicted: Mapping[str, float], model: str) -> "E2EResult":
+        """A new result anchored on the tuning database's timings (call `with_database`
+        first), for a database timed on another device: each kernel it times gets its timing
+        there x this result's prediction / `source_predicted` (`model`'s prediction for that
+        device), the rest their prediction; `anchored_replay_s` is the replay with those.
+
+        Why: a model pulls a task's fastest programs toward the task's middle, and a tuning
+        search picks exactly those (docs/tune.md). Two models of two devices err alike on the
+        same program, so their ratio carries over where either alone is far off (ResNet-18
+        tuned on Zen 4, on the model-167 Xeon: docs/tune.md, "Anchored on the database's
+        timings")."""
+        kernels = []
+        for k in self.kernels:
+            source = source_predicted.get(k.name)
+            anchored = k.predicted_s
+            if k.database_s is not None and source is not None and source > 0:
+                anchored = k.database_s * k.predicted_s / source
+            kernels.append(replace(k, anchored_s=anchored) if k.kind != "builtin" else k)
+        durations = {k.name: k.anchored_s for k in kernels if k.anchored_s is not None}
+        return replace(self, kernels=tuple(kernels), anchor_model=model,
+                       anchored_replay_s=self._replay_with(durations))
+
     def _replay_with(self, kernel_s: Mapping[str, float], from_memory: bool = True
                      ) -> float | None:
         """The total of this result's graph replayed with other kernel durations (same queues
@@ -130,6 +158,7 @@ class E2EResult:
                 "measured_kernels_median_replay_s": self.measured_kernels_median_replay_s,
                 "database_replay_s": self.database_replay_s,
                 "in_network_replay_s": self.in_network_replay_s,
+                "anchored_replay_s": self.anchored_replay_s, "anchor_model": self.anchor_model,
                 "kernels": [k.to_json() for k in self.kernels],
                 "nodes": len(self.graph),
                 "overhead": {"per_call_s": o.per_call_s, "per_builtin_s": o.per_builtin_s,

@@ -158,6 +158,13 @@ def format_table(result, top: int = 10) -> str:
         total = sum(k.kind != "builtin" for k in result.kernels)
         lines.append(f"the tuning database times {timed} of the {total} kernels: no replay of "
                      "its timings")
+    if result.anchored_replay_s is not None:
+        anchored = result.anchored_replay_s
+        vs = "" if result.measured_s is None else \
+            f"; {100 * (anchored / result.measured_s - 1):+.1f}% vs measured"
+        lines.append(f"anchored on the database's timings: {_ms(anchored)} ms (a kernel's time "
+                     f"there x this model's prediction / {result.anchor_model}'s for that "
+                     f"device{vs})")
     path = result.replay.critical_path
     if path:
         on_path = sum(result.replay.duration_s(i) for i in path)
