@@ -190,8 +190,8 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     ONNX file (an open leading dimension is bound to `batch`, default 1), a Relax IRModule, or
     a built-in network's name (`cdmpp.e2e.networks.NETWORKS`, at `batch`, default 1).
     `tuning_db`: a meta_schedule database whose best records TVM applies (timed on another
-    device with a shipped model, its timings also anchor `anchored_replay_s`). `measure`: also time
-    the network with TVM's VM here. `threads`: the threads it runs with (default: all cores).
+    device with a shipped model, its timings also anchor `anchored_replay_s`). `measure`: also
+    time the network with TVM's VM here. `threads`: the threads it runs with (default: all cores).
     `log`: a callable that gets progress lines. When the model was fitted for another device, a
     warning says so: the latencies are that device's. `for_device`: as in `load_model`
     ("local": this machine, which a multi-device model such as "zen3" knows)."""

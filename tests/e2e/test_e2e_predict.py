@@ -71,6 +71,7 @@ def test_a_prediction_anchored_on_another_devices_timings(lowered):
     assert both.to_json()["kernels"][0]["anchored_s"] == pytest.approx(1e-5)
     assert ("anchored on the database's timings: 0.024 ms (a kernel's time there x this "
             "model's prediction / there's for that device)") in format_table(both)
+    assert "anch ms/call" in format_table(both) and "anch ms/call" not in format_table(r)
     # a kernel the database does not time (or its model cannot) keeps this model's prediction
     part = r.with_database({first: 2e-5}).with_anchor({first: 6e-5, second: 1e-5}, "there")
     assert {k.name: k.anchored_s for k in part.kernels} == pytest.approx(

@@ -4,8 +4,8 @@ One sequence for `cdmpp e2e` and `cdmpp.predict_network`."""
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
 
 # a network timed in one placement of the threads, on a device known to have two, waits this
 # long for the other (measure.placement; seen here: placements of 10-90 s)
@@ -42,7 +42,7 @@ def database_device(tuning_db, timed_on: str | None):
     (another VM of a known CPU is found by it), else `timed_on` (its id, or None)."""
     from cdmpp.device import load_device
 
-    if not isinstance(tuning_db, (str, Path)) or timed_on is None:
+    if not isinstance(tuning_db, (str, os.PathLike)) or timed_on is None:
         return timed_on
     source = load_device(tuning_db)
     return source if source is not None and source.device_id == timed_on else timed_on

@@ -204,6 +204,9 @@ def format_table(result, top: int = 10) -> str:
         head += f" {'in net ms/call':>14}"
     if in_database:
         head += f" {'db ms/call':>11} {'vs db':>7}"
+    anchored = result.anchored_replay_s is not None
+    if anchored:
+        head += f" {'anch ms/call':>12}"
     lines.append(head)
     for k in result.kernels[:top]:
         share = k.total_s / result.predicted_s if result.predicted_s else 0.0
@@ -217,6 +220,8 @@ def format_table(result, top: int = 10) -> str:
         if in_database:
             err = "" if not k.database_s else f"{100 * (k.predicted_s / k.database_s - 1):+.0f}%"
             row += f" {_ms(k.database_s):>11} {err:>7}"
+        if anchored:
+            row += f" {_ms(k.anchored_s):>12}"
         lines.append(row)
     if len(result.kernels) > top:
         rest = sum(k.total_s for k in result.kernels[top:])
