@@ -182,6 +182,10 @@ def test_a_database_timed_on_another_device_is_anchored_with_that_devices_model(
     assert set(predicted) == {k.name for k in there.kernels}
     assert all(v > 0 for v in predicted.values())
     assert anchor_predictions(there, device, anchor_model=None) is None
+    # a device.json with the id alone (not a whole device) is found by that id
+    (tmp_path / "device.json").write_text(f'{{"device_id": "{fitted_device(name).device_id}"}}')
+    bare = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path)
+    assert anchor_predictions(bare, device)[0] == name
 
 
 def test_kernels_from_a_tuning_database_read_their_weights_at_the_tuned_probes_rate(

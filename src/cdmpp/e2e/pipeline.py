@@ -39,12 +39,16 @@ def _warn_if_timed_elsewhere(net, device) -> None:
 
 def database_device(tuning_db, timed_on: str | None):
     """The device a tuning database at path `tuning_db` was timed on: its device.json's `Device`
-    (another VM of a known CPU is found by it), else `timed_on` (its id, or None)."""
+    (another VM of a known CPU is found by it), else `timed_on` (its id, or None): also when
+    that device.json holds the id alone, or is otherwise not a whole `Device`."""
     from cdmpp.device import load_device
 
     if not isinstance(tuning_db, (str, os.PathLike)) or timed_on is None:
         return timed_on
-    source = load_device(tuning_db)
+    try:
+        source = load_device(tuning_db)
+    except ValueError:  # a partial device.json: its id is all there is to go by
+        return timed_on
     return source if source is not None and source.device_id == timed_on else timed_on
 
 
