@@ -246,8 +246,23 @@ def test_predict_network_applies_the_tuning_database(stored_overhead, tmp_path):
     assert not [w for w in seen if "tuning database" in str(w.message)]
     (tmp_path / "db" / "device.json").write_text('{"device_id": "0123456789abcdef"}')
     with pytest.warns(UserWarning, match="timed on device 0123456789abcdef, not on this one"):
-        cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
-                              tuning_db=tmp_path / "db")
+        r = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
+                                  tuning_db=tmp_path / "db")
+    assert r.anchored_replay_s is None  # no model is fitted for that device
+    # timed on a CPU a shipped model is fitted for: anchored with it, unless asked not to
+    from cdmpp.model.registry import fitted_device, shipped_device_models
+
+    other = next(fitted_device(n).device_id for n in shipped_device_models()
+                 if fitted_device(n).device_id != device.device_id)
+    (tmp_path / "db" / "device.json").write_text(f'{{"device_id": "{other}"}}')
+    with pytest.warns(UserWarning, match=f"timed on device {other}"):
+        r = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
+                                  tuning_db=tmp_path / "db")
+    assert r.anchored_replay_s is not None and r.anchor_model is not None
+    with pytest.warns(UserWarning, match=f"timed on device {other}"):
+        r = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
+                                  tuning_db=tmp_path / "db", anchor_model=None)
+    assert r.anchored_replay_s is None
 
 
 def test_predict_programs_passes_default_flags_to_the_model(sample_programs):
