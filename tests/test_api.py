@@ -241,14 +241,16 @@ def test_predict_network_applies_the_tuning_database(stored_overhead, tmp_path):
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
-                              tuning_db=tmp_path / "db")
+        r = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
+                                  tuning_db=tmp_path / "db")
     assert not [w for w in seen if "tuning database" in str(w.message)]
+    assert r.database_timed_here and r.anchored_replay_s is None
     (tmp_path / "db" / "device.json").write_text('{"device_id": "0123456789abcdef"}')
     with pytest.warns(UserWarning, match="timed on device 0123456789abcdef, not on this one"):
         r = cdmpp.predict_network("tiny_mlp", batch=2, model=FixedEstimator(),
                                   tuning_db=tmp_path / "db")
     assert r.anchored_replay_s is None  # no model is fitted for that device
+    assert not r.database_timed_here
     # timed on a CPU a shipped model is fitted for: anchored with it, unless asked not to
     from cdmpp.model.registry import fitted_device, shipped_device_models
 

@@ -54,6 +54,19 @@ def test_the_tuning_database_timings_are_replayed_beside_the_prediction(lowered)
     assert f"critical path 2 of 2 calls, 0.042 ms busy; its longest call {first}" in table
 
 
+def test_a_database_timed_here_far_from_the_prediction_gives_a_hint(lowered):
+    from cdmpp.e2e.report import format_table
+
+    r, _, first, second = _tiny_mlp_predicted(lowered)  # 3e-5 and 1e-5 s a kernel
+    far = r.with_database({first: 2e-5, second: 1e-5}, timed_here=True)  # predicted +29.4%
+    assert far.to_json()["database_timed_here"] is True
+    assert "hint: the tuning database was timed on this device" in format_table(far)
+    near = r.with_database({first: 2.5e-5, second: 1e-5}, timed_here=True)  # +12.8%
+    assert "hint: the tuning database" not in format_table(near)
+    elsewhere = r.with_database({first: 2e-5, second: 1e-5})  # another device's timings
+    assert "hint: the tuning database" not in format_table(elsewhere)
+
+
 def test_a_prediction_anchored_on_another_devices_timings(lowered):
     from cdmpp.e2e.report import format_table
 

@@ -94,7 +94,9 @@ def run_network(mod, estimator, device, *, name: str = "network", batch: int | N
     lower_s = time.perf_counter() - start
     result = predict_network(estimator, net, device=device, log=log)
     if tuning_db:
-        result = result.with_database(database_latencies(net))
+        timed_here = net.database_device_id is not None and not _elsewhere(
+            net.database_device_id, device)
+        result = result.with_database(database_latencies(net), timed_here=timed_here)
         _warn_if_timed_elsewhere(net, device)
         anchor = anchor_predictions(net, device, anchor_model)
         if anchor is not None:

@@ -64,6 +64,7 @@ class E2EResult:
     # at the shared host's typical state, the labels at its best (docs/cross_device.md)
     measured_kernels_median_replay_s: float | None = None
     database_replay_s: float | None = None  # replay with the tuning database's timings
+    database_timed_here: bool = False  # those timings were taken on this device
     in_network_replay_s: float | None = None  # replay with kernels timed inside the network
     anchored_replay_s: float | None = None  # replay anchored on the database's own timings
     anchor_model: str | None = None  # the model of the database's device behind it
@@ -96,14 +97,18 @@ class E2EResult:
                        in_network_replay_s=self._replay_with(in_network, from_memory=False)
                        if in_network else None)
 
-    def with_database(self, latencies: Mapping[str, float]) -> "E2EResult":
+    def with_database(self, latencies: Mapping[str, float], timed_here: bool = False
+                      ) -> "E2EResult":
         """A new result holding the tuning database's time of each kernel
         (`kernels.database_latencies`). When the database times every kernel,
         `database_replay_s` is the replay of the graph with those times (and the same call
         overhead): what the database alone says the network takes, with no model and no
-        new measurement; its gap to `predicted_s` is the model's error on these kernels."""
+        new measurement; its gap to `predicted_s` is the model's error on these kernels.
+        `timed_here`: the database was timed on this device, so its replay is of measurements
+        of these very programs here."""
         kernels = tuple(replace(k, database_s=latencies.get(k.name)) for k in self.kernels)
-        return replace(self, kernels=kernels, database_replay_s=self._replay_with(latencies))
+        return replace(self, kernels=kernels, database_replay_s=self._replay_with(latencies),
+                       database_timed_here=timed_here)
 
     def with_anchor(self, source_predicted: Mapping[str, float], model: str) -> "E2EResult":
         """A new result anchored on the tuning database's timings (call `with_database`
@@ -157,6 +162,7 @@ class E2EResult:
                 "measured_kernels_replay_s": self.measured_kernels_replay_s,
                 "measured_kernels_median_replay_s": self.measured_kernels_median_replay_s,
                 "database_replay_s": self.database_replay_s,
+                "database_timed_here": self.database_timed_here,
                 "in_network_replay_s": self.in_network_replay_s,
                 "anchored_replay_s": self.anchored_replay_s, "anchor_model": self.anchor_model,
                 "kernels": [k.to_json() for k in self.kernels],

@@ -117,6 +117,24 @@ def _when(measurement) -> str:
     return f" (timed {start[:10]} {start[11:16]}-{until} UTC)"
 
 
+# the prediction this far from the replay of a database timed here: say which to read
+DATABASE_HINT_REL = 0.25
+
+
+def database_hint(result) -> list[str]:
+    """A hint when a tuning database timed on this device replays far from the prediction:
+    its timings are measurements of these programs here, and a model is that far off on the
+    programs a search picks (ResNet-18 tuned by TVM's search on the model-167 Intel Xeon:
+    predicted +143.5%, the database's replay -4.2%; docs/tune.md)."""
+    db = result.database_replay_s
+    if not result.database_timed_here or not db or \
+            abs(result.predicted_s / db - 1) <= DATABASE_HINT_REL:
+        return []
+    return ["hint: the tuning database was timed on this device, so its replay is of these "
+            "programs measured here; a model is often this far off on the programs a search "
+            "picks (docs/tune.md, \"Predicting the tuned networks\"): read the replay"]
+
+
 def format_table(result, top: int = 10) -> str:
     """Predicted (and measured) total, error, and the top kernels by predicted time."""
     name = result.network + (f" (batch {result.batch})" if result.batch else "")
@@ -153,6 +171,7 @@ def format_table(result, top: int = 10) -> str:
         db = result.database_replay_s
         lines.append(f"replay of the tuning database's timings: {_ms(db)} ms (the prediction is "
                      f"{100 * (result.predicted_s / db - 1):+.1f}% from it)")
+        lines += database_hint(result)
     elif in_database:
         timed = sum(k.database_s is not None for k in result.kernels)
         total = sum(k.kind != "builtin" for k in result.kernels)
