@@ -223,8 +223,8 @@ def format_table(result, top: int = 10) -> str:
         head += f" {'in net ms/call':>14}"
     if in_database:
         head += f" {'db ms/call':>11} {'vs db':>7}"
-    anchored = result.anchored_replay_s is not None
-    if anchored:
+    show_anchored = result.anchored_replay_s is not None
+    if show_anchored:
         head += f" {'anch ms/call':>12}"
     lines.append(head)
     for k in result.kernels[:top]:
@@ -239,7 +239,7 @@ def format_table(result, top: int = 10) -> str:
         if in_database:
             err = "" if not k.database_s else f"{100 * (k.predicted_s / k.database_s - 1):+.0f}%"
             row += f" {_ms(k.database_s):>11} {err:>7}"
-        if anchored:
+        if show_anchored:
             row += f" {_ms(k.anchored_s):>12}"
         lines.append(row)
     if len(result.kernels) > top:
