@@ -43,6 +43,28 @@ def test_tune_writes_a_database_that_replaces_the_networks_kernels(tmp_path, tin
     assert "2 programs measured (6 in" in capsys.readouterr().out
 
 
+def test_rounds_are_small_enough_for_the_first_pass_to_reach_every_kernel():
+    from cdmpp.tune.network import round_size
+
+    assert round_size(832, 26) == 32  # ResNet-18: one round of 32 for each kernel
+    assert round_size(832, 56) == 14  # MobileNet-V2: 32 a round reached 46 kernels of 56
+    assert round_size(10_000, 3) == 32  # never more than the most
+    assert round_size(3, 5) == 1  # fewer trials than kernels: one a round
+
+
+def test_kernels_the_trials_never_reached_are_named(tmp_path, tiny_onnx, capsys):
+    onnx_path, out = tmp_path / "mlp.onnx", tmp_path / "tuned"
+    tiny_onnx(onnx_path, batch=1)
+    strip_capture_handlers_from_meta_schedule_logger()
+    assert main(["tune", "--onnx", str(onnx_path), "--trials", "1", "--out", str(out),
+                 "--cost-model", "random"]) == 0
+    printed = capsys.readouterr().out
+    assert "mlp: 1 of 2 kernels tuned, 1 programs measured" in printed
+    line = next(s for s in printed.splitlines() if "no program measured for 1 kernel " in s)
+    untuned = line.rsplit(": ", 1)[1]
+    assert re.fullmatch(r"[\w.]+", untuned)  # the kernel's name
+
+
 def test_tvm_cost_models_take_no_cdmpp_options(tmp_path):
     with pytest.raises(SystemExit, match="do nothing with --cost-model xgb"):
         main(["tune", "--network", "resnet18", "--trials", "4", "--out", str(tmp_path),

@@ -62,8 +62,15 @@ def run(args) -> int:
                            seed=args.seed, build_timeout_s=args.build_timeout, name=name,
                            log=_log)
     added = summary.records_after - summary.records_before
-    print(f"{name}: {len(summary.tasks)} kernels tuned, {added} programs measured "
+    tuned = len(summary.tasks) - len(summary.untuned)
+    of = f" of {len(summary.tasks)}" if summary.untuned else ""
+    print(f"{name}: {tuned}{of} kernels tuned, {added} programs measured "
           f"({summary.records_after} in {summary.out})")
+    if summary.untuned:
+        n = len(summary.untuned)
+        print(f"  no program measured for {n} kernel{'s' * (n != 1)} (the trials ran out before "
+              f"the search reached them, or every one tried failed; more --trials into the same "
+              f"--out adds them): {', '.join(summary.untuned)}")
     if summary.phases is not None and summary.wall_s is not None:
         print(f"tuning took {summary.wall_s / 60:.1f} min: {summary.phases} (the task "
               f"scheduler's log)")
