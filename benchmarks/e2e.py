@@ -257,28 +257,29 @@ def table(rows) -> str:
         for m in list(rows[0]["by_model"]):
             for against, what in (("error_rel", "vs measured"),
                                   ("vs_database_rel", "vs database")):
-                errors = [abs(r["by_model"][m][against]) for r in rows
+                errors = [r["by_model"][m][against] for r in rows
                           if r["by_model"][m][against] is not None]
                 if errors:
-                    lines.append(f"{m} {what}: mean |error| {100 * sum(errors) / len(errors):.1f}%,"
-                                 f" worst {100 * max(errors):.1f}% over {len(errors)} networks,"
-                                 f" within 10% {sum(e <= 0.10 for e in errors)} of {len(errors)}")
+                    lines.append(f"{m} {what}: {_summary(errors)}")
             anchored = [r["by_model"][m]["anchored_s"] / r["measured_s"] - 1 for r in rows
                         if r["by_model"][m].get("anchored_s") and r["measured_s"]]
             if anchored:
                 source = rows[0]["by_model"][m]["anchor_model"]
                 lines.append(f"{m} anchored on the database's timings ({source} for its device) "
-                             f"vs measured: mean |error| "
-                             f"{100 * sum(map(abs, anchored)) / len(anchored):.1f}%, worst "
-                             f"{100 * max(map(abs, anchored)):.1f}%, within 10% "
-                             f"{sum(abs(e) <= 0.10 for e in anchored)} of {len(anchored)}")
+                             f"vs measured: {_summary(anchored)}")
             for state in sorted({s for r in rows for s in r["by_placement"]}):
                 errors = [r["by_model"][m]["predicted_s"] / r["by_placement"][state] - 1
                           for r in rows if state in r["by_placement"]]
-                lines.append(f"{m} vs the {state} placement alone: mean |error| "
-                             f"{100 * sum(map(abs, errors)) / len(errors):.1f}%, within 10% "
-                             f"{sum(abs(e) <= 0.10 for e in errors)} of {len(errors)}")
+                lines.append(f"{m} vs the {state} placement alone: {_summary(errors)}")
     return "\n".join(lines)
+
+
+def _summary(errors) -> str:
+    """Mean and worst |error| of relative errors, and how many are within 10%."""
+    errors = [abs(e) for e in errors]
+    return (f"mean |error| {100 * sum(errors) / len(errors):.1f}%, worst {100 * max(errors):.1f}% "
+            f"over {len(errors)} networks, within 10% {sum(e <= 0.10 for e in errors)} of "
+            f"{len(errors)}")
 
 
 def _measured_how(row: dict) -> str:
