@@ -52,6 +52,8 @@ def test_collect_refuses_impossible_settings_before_writing(tmp_path, capsys):
     with pytest.raises(SystemExit):  # 0 is refused, not read as "the default"
         main(out + ["--passes", "0"])
     assert "must be at least 1, got 0" in capsys.readouterr().err
+    assert main(out + ["--search-model", "xgb"]) == 2  # it guides --sampling search only
+    assert "--search-model guides --sampling search" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
 
 

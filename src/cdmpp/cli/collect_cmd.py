@@ -14,7 +14,7 @@ from cdmpp.cli import csv_list, non_negative_int, positive_int
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "collect", help="sample, build and time programs into a TVM JSON database",
-        description="Sample random schedules of catalog operators (plus each operator's "
+        description="Sample schedules of catalog operators (plus each operator's "
                     "default program), build and time them, and append them to the TVM JSON "
                     "database in --out. Resumable: run the same command again to continue.")
     p.add_argument("--out", help="output directory (a TVM JSON database + cdmpp files)")
@@ -32,8 +32,8 @@ def add_parser(subparsers) -> None:
                    help="batch sizes of --kernels-of (default: 1; an ONNX file: its own, open "
                         "batch dimensions bound to 1)")
     p.add_argument("--programs-per-task", type=non_negative_int, default=None, metavar="N",
-                   help="random schedules sampled per task, besides its default program "
-                        "(default 32; 0 with --records-from)")
+                   help="schedules sampled per task (see --sampling), besides its default "
+                        "program (default 32; 0 with --records-from)")
     p.add_argument("--passes", type=positive_int, default=None, metavar="P",
                    help="timing passes per program (default 3); up to 2 more when the two "
                         "best disagree or fewer than two ran on an undisturbed machine")
@@ -55,6 +55,14 @@ def add_parser(subparsers) -> None:
                         "matched to the tasks (--kernels-of NETWORK for a network's tuning "
                         "database); only matched tasks are collected, each with its default "
                         "program")
+    p.add_argument("--sampling", choices=("random", "search"), default="random",
+                   help="how new programs are drawn: at random from the design space "
+                        "(default), or as TVM's evolutionary search picks them with a cdmpp "
+                        "model as its cost model (no measurement guides it): the fast "
+                        "programs a tuner ends with, which random samples seldom reach")
+    p.add_argument("--search-model", default=None, metavar="MODEL",
+                   help="the model that guides --sampling search (a directory, a shipped "
+                        "name, or xgb; default: the shipped model for this machine)")
     p.add_argument("--remeasure-disturbed", action="store_true",
                    help="sample nothing new: time again the records of --out whose every pass "
                         "ran while the reference kernel said the machine was disturbed (their "
@@ -152,7 +160,10 @@ def run(args) -> int:
                            threads=args.threads, time_budget_min=args.time_budget,
                            build_timeout_s=args.build_timeout, seed=args.seed, protocol=protocol,
                            mcpu=args.mcpu, programs_from=args.programs_from,
-                           records_from=tuple(args.records_from or ()))
+                           records_from=tuple(args.records_from or ()),
+                           sampling=args.sampling, search_model=args.search_model)
+    if args.search_model is not None and args.sampling != "search":
+        raise ValueError("--search-model guides --sampling search: give both, or neither")
     command = shlex.join(["cdmpp"] + sys.argv[1:])
     if args.remeasure_disturbed and args.retest is not None:
         raise ValueError("--remeasure-disturbed and --retest are two different runs: give one")

@@ -45,6 +45,7 @@ from cdmpp.tvm_env import import_tvm
 
 MANIFEST_FILE = "manifest.json"
 STAGES = ("sample", "build", "time", "write")
+SAMPLINGS = ("random", "search")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class CollectConfig:
     # TVM JSON databases (e.g. a tuner's) whose programs are timed too, as the tasks' programs
     # they were tuned for (programs.from_database)
     records_from: tuple[str, ...] = ()
+    # "random": schedules drawn at random from the design space; "search": the ones TVM's
+    # evolutionary search picks with `search_model` as its cost model (programs.sampling)
+    sampling: str = "random"
+    search_model: str | None = None  # as `cdmpp.load_model` takes it; None: the shipped one
 
 
 @dataclass
@@ -155,6 +160,9 @@ class _Run:
     """State of one collection run over one output directory."""
 
     def __init__(self, config: CollectConfig, tasks: list[Task]):
+        if config.sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, "
+                             f"got {config.sampling!r}")
         self.config = config
         self.tasks = tasks
         self.out = Path(config.out)
@@ -172,6 +180,7 @@ class _Run:
         self.store = RecordStore(self.out, rebuild_record=self._rebuild_record)
         shutil.rmtree(self.out / ".build", ignore_errors=True)  # scratch of older versions
         self.timer: Timer | None = None
+        self._cost_model = None  # the search's, made on the first task that samples
         self.start = time.monotonic()
 
     # -- workloads and candidates ------------------------------------------------------------
@@ -198,8 +207,21 @@ class _Run:
                 write_text_atomic(path, source.read_text())
             self._candidates[task.name] = load_or_sample(
                 path, self.workload(task), self.target, self.config.programs_per_task,
-                task=task.name, seed=self.config.seed)
+                task=task.name, seed=self.config.seed, cost_model=self.search_cost_model)
         return self._candidates[task.name]
+
+    @property
+    def search_cost_model(self):
+        """The cost model that guides --sampling search (None for random sampling). No
+        measurement reaches it: what it picks is the estimator's view alone."""
+        if self.config.sampling != "search":
+            return None
+        if self._cost_model is None:
+            from cdmpp.tune.cost_model import cost_model
+
+            self._cost_model = cost_model(self.config.search_model, online=False,
+                                          seed=self.config.seed)
+        return self._cost_model
 
     def imported(self, task: Task) -> list[Candidate]:
         """The task's programs taken from databases (--records-from, this run or before)."""

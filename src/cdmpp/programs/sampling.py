@@ -25,7 +25,9 @@ EMPTY_TRACE: list = [[], []]  # the default program: the workload as TVM builds 
 @dataclass(frozen=True)
 class Candidate:
     key: str  # "<task>/<i>": unique in an output directory
-    kind: str  # "sampled" | "default" | "imported" (from a database: programs.from_database)
+    # "sampled" (random), "searched" (where a model's search goes), "default", or "imported"
+    # (from a database: programs.from_database)
+    kind: str
     trace_json: list
     args_info_json: list
     mod_shash: str  # structural hash of the module to be measured
@@ -81,9 +83,13 @@ def tvm_rand_state(seed: int) -> int:
 
 def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
                     include_default: bool = True, max_rounds: int = 8,
-                    existing: list[Candidate] = ()) -> list[Candidate]:
-    """Up to `n` distinct random schedules (post-order-apply + replay-trace), plus the default.
+                    existing: list[Candidate] = (), cost_model=None) -> list[Candidate]:
+    """Up to `n` distinct schedules, plus the default program.
 
+    Without `cost_model`: random schedules (post-order-apply + replay-trace), kind "sampled".
+    With a meta_schedule cost model: the ones TVM's evolutionary search would time first when
+    guided by that model (kind "searched"), without any measurement: a search's fast programs,
+    which random samples seldom reach and a model trained on them over-predicts.
     `existing` candidates are kept as they are (same keys, same programs); only the missing
     ones are sampled, distinct from them.
     """
@@ -99,9 +105,11 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
                               EMPTY_TRACE, args))
     seen = {c.mod_shash for c in out}
     rand_state = tvm_rand_state(seed)
+    kind, strategy = ("sampled", "replay-trace") if cost_model is None else \
+        ("searched", "evolutionary")
     try:
         ctx = ms.TuneContext(mod=workload_mod, target=tvm.target.Target(target),
-                             space_generator="post-order-apply", search_strategy="replay-trace",
+                             space_generator="post-order-apply", search_strategy=strategy,
                              task_name=task, rand_state=rand_state, num_threads=1)
         spaces = ctx.generate_design_space()
     except Exception as e:  # noqa: BLE001 - e.g. a fused kernel meta_schedule cannot schedule
@@ -110,22 +118,28 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
                       f"{str(e).splitlines()[0] if str(e) else ''}); only the default program")
         return out
     n_default = sum(c.kind == "default" for c in out)
+    # the search starts from random programs each round (no measured ones to start from)
+    database = None if cost_model is None else ms.database.MemoryDatabase()
     for _ in range(max_rounds):
         want = n - (len(out) - n_default)
         if want <= 0:
             break
         ctx.pre_tuning(max_trials=want, num_trials_per_iter=want, design_spaces=spaces,
-                       database=None, cost_model=None)
+                       database=database, cost_model=cost_model)
+        new = 0
         for cand in ctx.search_strategy.generate_measure_candidates() or []:
             mod = cand.sch.mod
             shash = tvm_codec.structural_hash(mod)
             if shash in seen:
                 continue
             seen.add(shash)
+            new += 1
             index = len(out) - n_default
-            out.append(_candidate(f"{task}/{index}", "sampled", workload_mod, mod,
+            out.append(_candidate(f"{task}/{index}", kind, workload_mod, mod,
                                   tvm_codec.trace_to_json(cand.sch.trace), cand.args_info))
         ctx.post_tuning()
+        if cost_model is not None and not new:
+            break  # a search that finds nothing new once will not later: it costs seconds
     return out
 
 
@@ -140,8 +154,9 @@ def load_candidates(path: Path) -> list[Candidate]:
 
 
 def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
-                   seed: int = 0) -> list[Candidate]:
-    """The default program and `n` sampled programs of a task.
+                   seed: int = 0, cost_model=None) -> list[Candidate]:
+    """The default program and `n` sampled programs of a task (searched ones with
+    `cost_model`, as `sample_programs` draws them).
 
     Read from `path` when it holds them; otherwise the missing ones are sampled (the ones
     already there are kept, so their keys keep naming the same programs) and `path` rewritten.
@@ -153,7 +168,7 @@ def load_or_sample(path: Path, workload_mod, target, n: int, *, task: str,
         if len(existing) - 1 >= n or data.get("exhausted_at", -1) >= n:
             return existing[:n + 1]
     candidates = sample_programs(workload_mod, target, n, task=task, seed=seed + len(existing),
-                                 existing=existing)
+                                 existing=existing, cost_model=cost_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"task": task, "candidates": [c.to_json() for c in candidates],
                # the design space had fewer distinct programs than asked for
