@@ -58,8 +58,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sampling", choices=("random", "search"), default="random",
                    help="how new programs are drawn: at random from the design space "
                         "(default), or as TVM's evolutionary search picks them with a cdmpp "
-                        "model as its cost model (no measurement guides it): the fast "
-                        "programs a tuner ends with, which random samples seldom reach")
+                        "model as its cost model (no measurement guides it): programs nearer "
+                        "the fast ones a tuner ends with than random samples")
     p.add_argument("--search-model", default=None, metavar="MODEL",
                    help="the model that guides --sampling search (a directory, a shipped "
                         "name, or xgb; default: the shipped model for this machine)")

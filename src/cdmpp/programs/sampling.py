@@ -88,8 +88,8 @@ def sample_programs(workload_mod, target, n: int, *, task: str, seed: int = 0,
 
     Without `cost_model`: random schedules (post-order-apply + replay-trace), kind "sampled".
     With a meta_schedule cost model: the ones TVM's evolutionary search would time first when
-    guided by that model (kind "searched"), without any measurement: a search's fast programs,
-    which random samples seldom reach and a model trained on them over-predicts.
+    guided by that model (kind "searched"), without any measurement: programs nearer a
+    tuner's fast ones than random samples (docs/tune.md, "Sampling where a search goes").
     `existing` candidates are kept as they are (same keys, same programs); only the missing
     ones are sampled, distinct from them.
     """
