@@ -54,6 +54,11 @@ def test_collect_refuses_impossible_settings_before_writing(tmp_path, capsys):
     assert "must be at least 1, got 0" in capsys.readouterr().err
     assert main(out + ["--search-model", "xgb"]) == 2  # it guides --sampling search only
     assert "--search-model guides --sampling search" in capsys.readouterr().err
+    assert main(out + ["--sampling", "search", "--retest", "5"]) == 2
+    assert "--sampling search draws new programs" in capsys.readouterr().err
+    # a guiding model that does not load stops the run before anything is written
+    assert main(out + ["--sampling", "search", "--search-model", str(tmp_path / "none")]) == 2
+    assert "model directory" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
 
 

@@ -170,6 +170,9 @@ def run(args) -> int:
     if args.records_from and (args.remeasure_disturbed or args.retest is not None):
         raise ValueError("--records-from adds programs: it does not combine with "
                          "--remeasure-disturbed or --retest (which time records again)")
+    if args.sampling == "search" and (args.remeasure_disturbed or args.retest is not None):
+        raise ValueError("--sampling search draws new programs: it does not combine with "
+                         "--remeasure-disturbed or --retest (which sample nothing)")
     cores = len(os.sched_getaffinity(0))
     if args.threads is not None and args.threads > cores:
         raise ValueError(f"--threads {args.threads} is more than the {cores} cores this process "

@@ -164,6 +164,15 @@ class _Run:
             raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, "
                              f"got {config.sampling!r}")
         self.config = config
+        # the cost model guiding --sampling search, made before anything is written: a model
+        # that does not load stops the run with nothing on disk. No measurement reaches it:
+        # what it picks is the estimator's view alone.
+        self.search_cost_model = None
+        if config.sampling == "search":
+            from cdmpp.tune.cost_model import cost_model
+
+            self.search_cost_model = cost_model(config.search_model, online=False,
+                                                seed=config.seed)
         self.tasks = tasks
         self.out = Path(config.out)
         self.programs_from = _programs_dir(config.programs_from)
@@ -180,7 +189,6 @@ class _Run:
         self.store = RecordStore(self.out, rebuild_record=self._rebuild_record)
         shutil.rmtree(self.out / ".build", ignore_errors=True)  # scratch of older versions
         self.timer: Timer | None = None
-        self._cost_model = None  # the search's, made on the first task that samples
         self.start = time.monotonic()
 
     # -- workloads and candidates ------------------------------------------------------------
@@ -209,19 +217,6 @@ class _Run:
                 path, self.workload(task), self.target, self.config.programs_per_task,
                 task=task.name, seed=self.config.seed, cost_model=self.search_cost_model)
         return self._candidates[task.name]
-
-    @property
-    def search_cost_model(self):
-        """The cost model that guides --sampling search (None for random sampling). No
-        measurement reaches it: what it picks is the estimator's view alone."""
-        if self.config.sampling != "search":
-            return None
-        if self._cost_model is None:
-            from cdmpp.tune.cost_model import cost_model
-
-            self._cost_model = cost_model(self.config.search_model, online=False,
-                                          seed=self.config.seed)
-        return self._cost_model
 
     def imported(self, task: Task) -> list[Candidate]:
         """The task's programs taken from databases (--records-from, this run or before)."""
