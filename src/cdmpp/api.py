@@ -181,7 +181,8 @@ def _relax_module(network, inputs, batch):
 
 def predict_network(network, inputs=None, *, batch: int | None = None, model=None,
                     tuning_db=None, measure: bool = False, threads: int | None = None,
-                    log=None, for_device: str | None = None, anchor_model: str | None = "auto"):
+                    log=None, for_device: str | None = None, anchor_model: str | None = "auto",
+                    search_sigma: float | str | None = "auto"):
     """Predict a whole network on this machine: an `E2EResult` (`predicted_s`, `kernels`
     largest first, `critical_path_kernels()`, `to_json()`; with `measure`, `measured_s` and
     `error_rel` too), as `cdmpp e2e` prints it.
@@ -191,7 +192,10 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
     a built-in network's name (`cdmpp.e2e.networks.NETWORKS`, at `batch`, default 1).
     `tuning_db`: a meta_schedule database whose best records TVM applies; timed on another
     device, its timings also anchor `anchored_replay_s` with `anchor_model`, that device's
-    model ("auto": the shipped one fitted for it; None: no anchoring). `measure`: also
+    model ("auto": the shipped one fitted for it; None: no anchoring); timed on this device,
+    each tuned kernel is predicted as the fastest of the programs it timed for the kernel, the
+    model off by a log-normal error of spread `search_sigma` ("auto": the shipped recipe's,
+    `cdmpp.e2e.search.SEARCH_SIGMA`; None: the chosen program alone). `measure`: also
     time the network with TVM's VM here. `threads`: the threads it runs with (default: all cores).
     `log`: a callable that gets progress lines. When the model was fitted for another device, a
     warning says so: the latencies are that device's. `for_device`: as in `load_model`
@@ -213,4 +217,5 @@ def predict_network(network, inputs=None, *, batch: int | None = None, model=Non
         _note_other_device(spec, device, stacklevel=3)
     name, batch, mod = _relax_module(network, inputs, batch)
     return run_network(mod, estimator, device, name=name, batch=batch, tuning_db=tuning_db,
-                       measure=measure, log=log, anchor_model=anchor_model)
+                       measure=measure, log=log, anchor_model=anchor_model,
+                       search_sigma=search_sigma)

@@ -29,6 +29,12 @@ def add_parser(subparsers) -> None:
                         "second estimate (its time there x this model's prediction / that "
                         "model's; printed beside the prediction). 'auto' (default): the "
                         "shipped model fitted for that device, if any; 'none': no anchoring")
+    p.add_argument("--search-sigma", default="auto", type=_sigma, metavar="SIGMA",
+                   help="for a tuning database timed on this device: each tuned kernel is "
+                        "predicted as the fastest of the programs the database timed for it, "
+                        "the model off by a log-normal error of this spread (default 'auto': "
+                        "the shipped recipe's, measured on held-out programs); 'off': each "
+                        "kernel's chosen program predicted on its own")
     p.add_argument("--model", default=None, metavar="MODEL",
                    help=model_help("the shipped cdmpp model fitted for "
                                    "this machine's device, else default"))
@@ -44,6 +50,22 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=positive_int, default=None,
                    help="threads TVM runs with (default: every core this process may use)")
     p.set_defaults(run=run)
+
+
+def _sigma(text: str):
+    """'auto', 'off' (None) or a spread >= 0."""
+    import argparse
+    import math
+
+    if text in ("auto", "off"):
+        return None if text == "off" else text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'off' or a number >= 0, got {text!r}")
+    return value
 
 
 def _log(message: str) -> None:
@@ -78,7 +100,7 @@ def run(args) -> int:
     name, batch, mod = import_network_argument(args, _log)
     _log(f"imported in {time.perf_counter() - start:.1f} s")
     result = run_network(mod, model, device, name=name, batch=batch, tuning_db=args.tuning_db,
-                         measure=args.measure, log=_log,
+                         measure=args.measure, log=_log, search_sigma=args.search_sigma,
                          anchor_model=None if args.anchor_model == "none" else args.anchor_model)
     print(format_table(result, args.top))
     if args.json:

@@ -25,6 +25,7 @@ Modules, by the data flow:
   activations  activations a network's kernels read from memory (a probe, kept likewise)
   measure    the whole network (and each kernel alone) timed like the collector times kernels
   predict    features of every kernel -> estimator -> replay -> `E2EResult`
+  search     a tuned kernel as the fastest of the programs its tuning database timed
   report     text table, JSON, PNG breakdown
 TVM is imported lazily, inside the functions that need it.
 """

@@ -16,7 +16,7 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def _elsewhere(timed_on, device) -> bool:
+def timed_elsewhere(timed_on, device) -> bool:
     """Whether a database timed on `timed_on` (a device id, or a records' target id) was timed
     on another device than `device`."""
     from cdmpp.features.samples import target_device_id
@@ -31,7 +31,7 @@ def _warn_if_timed_elsewhere(net, device) -> None:
     import warnings
 
     timed_on = net.database_device_id
-    if _elsewhere(timed_on, device):
+    if timed_elsewhere(timed_on, device):
         warnings.warn(f"the tuning database {net.tuning_db} was timed on device {timed_on}, not "
                       f"on this one ({device.device_id}): the replay of its timings is that "
                       "device's, not a check of this prediction")
@@ -65,7 +65,7 @@ def anchor_predictions(net, device, anchor_model="auto", *, timed_on=None):
     if timed_on is None:
         timed_on = database_device(net.tuning_db, net.database_device_id)
     timed_on_id = timed_on.device_id if isinstance(timed_on, Device) else timed_on
-    if anchor_model is None or not _elsewhere(timed_on_id, device):
+    if anchor_model is None or not timed_elsewhere(timed_on_id, device):
         return None
     from cdmpp.e2e.predict import predict_kernels
     from cdmpp.model.registry import fitted_for, load_estimator
@@ -78,13 +78,17 @@ def anchor_predictions(net, device, anchor_model="auto", *, timed_on=None):
 
 def run_network(mod, estimator, device, *, name: str = "network", batch: int | None = None,
                 tuning_db=None, measure: bool = False, anchor_model: str | None = "auto",
-                log=None):
+                search_sigma: float | str | None = "auto", log=None):
     """E2EResult of Relax module `mod` on `device` (a `cdmpp.device.Device`): predicted with
     `estimator`; with `tuning_db` its best records applied and their own timings replayed
     beside; with `measure` the network and each kernel timed here (the collector's protocol,
     with the device's threads). `anchor_model`: for a database timed on another device, the
     model of that device to anchor on its timings (`E2EResult.with_anchor`); "auto" the shipped
-    model fitted for it, if any; None not at all. `log` gets progress lines."""
+    model fitted for it, if any; None not at all. `search_sigma`: for a database (a path)
+    timed on this device, each tuned kernel is predicted as the fastest of the programs it
+    timed for it, with this spread of the model's error (`e2e.search`; "auto":
+    `search.SEARCH_SIGMA`; None: each kernel's chosen program predicted on its own). `log`
+    gets progress lines."""
     from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.predict import predict_network
 
@@ -92,10 +96,15 @@ def run_network(mod, estimator, device, *, name: str = "network", batch: int | N
     start = time.perf_counter()
     net = lower_network(mod, device.target, tuning_db=tuning_db, name=name, batch=batch)
     lower_s = time.perf_counter() - start
-    result = predict_network(estimator, net, device=device, log=log)
+    timed_here = bool(tuning_db) and net.database_device_id is not None \
+        and not timed_elsewhere(net.database_device_id, device)
+    # the fastest of a search's programs: only where the search timed them, and from a path
+    search = timed_here and search_sigma is not None and isinstance(tuning_db, (str,
+                                                                                os.PathLike))
+    result = predict_network(estimator, net, device=device, log=log,
+                             search_db=tuning_db if search else None,
+                             search_sigma=None if search_sigma == "auto" else search_sigma)
     if tuning_db:
-        timed_here = net.database_device_id is not None and not _elsewhere(
-            net.database_device_id, device)
         result = result.with_database(database_latencies(net), timed_here=timed_here)
         _warn_if_timed_elsewhere(net, device)
         anchor = anchor_predictions(net, device, anchor_model)

@@ -37,6 +37,11 @@ class KernelPrediction:
     # one call: the database's timing on its own device x this model's / that device's model's
     # prediction (`E2EResult.with_anchor`); the prediction where the database has no timing
     anchored_s: float | None = None
+    # a tuned kernel predicted as the fastest of the programs its search timed here
+    # (`e2e.search`): the prediction of the program the database chose, and how many programs
+    # there were; `predicted_s` is then the fastest of them
+    chosen_program_s: float | None = None
+    candidates: int | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "calls": self.calls, "predicted_s": self.predicted_s,
@@ -44,7 +49,8 @@ class KernelPrediction:
                 "measured_total_s": None if self.measured_s is None
                 else self.calls * self.measured_s, "tuned": self.tuned, "kind": self.kind,
                 "database_s": self.database_s, "in_network_s": self.in_network_s,
-                "anchored_s": self.anchored_s}
+                "anchored_s": self.anchored_s, "chosen_program_s": self.chosen_program_s,
+                "candidates": self.candidates}
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,11 @@ class E2EResult:
     in_network_replay_s: float | None = None  # replay with kernels timed inside the network
     anchored_replay_s: float | None = None  # replay anchored on the database's own timings
     anchor_model: str | None = None  # the model of the database's device behind it
+    # with tuned kernels predicted as the fastest of their search (`e2e.search`): the model
+    # error's spread it assumed, and the replay with the programs the database chose, each
+    # predicted on its own (what `predicted_s` is without a search to go by)
+    search_sigma: float | None = None
+    chosen_programs_replay_s: float | None = None
 
     @property
     def error_rel(self) -> float | None:
@@ -165,6 +176,8 @@ class E2EResult:
                 "database_timed_here": self.database_timed_here,
                 "in_network_replay_s": self.in_network_replay_s,
                 "anchored_replay_s": self.anchored_replay_s, "anchor_model": self.anchor_model,
+                "search_sigma": self.search_sigma,
+                "chosen_programs_replay_s": self.chosen_programs_replay_s,
                 "kernels": [k.to_json() for k in self.kernels],
                 "nodes": len(self.graph),
                 "overhead": {"per_call_s": o.per_call_s, "per_builtin_s": o.per_builtin_s,
@@ -229,6 +242,7 @@ def predict_kernels(estimator, kernels, target) -> dict[str, float]:
 def predict_network(estimator, network, target=None, *, overhead="auto", device=None,
                     queue_of: Mapping[int, str] | None = None,
                     extra_kernel_s: Mapping[str, float] | None = None,
+                    search_db=None, search_sigma: float | None = None,
                     log=None) -> E2EResult:
     """Predict `network` (a `kernels.NetworkModule`, or a Relax IRModule, lowered here).
 
@@ -236,6 +250,10 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
     overhead of `device`, default this machine, measured and cached on first use) or None (no
     overhead). `queue_of`: node id -> queue (default: one CPU queue). `extra_kernel_s`:
     durations for kernels cdmpp cannot featurize (e.g. `call_dps_packed` library calls).
+    `search_db`: the path of a tuning database timed on the device predicted for, the network
+    lowered with it; each tuned kernel is then predicted as the fastest of the programs it
+    timed for that kernel, with a model error of spread `search_sigma` (default
+    `search.SEARCH_SIGMA`; `e2e.search`).
     `timings_s` holds the time of each step; "prediction_s" (features + estimator + replay)
     excludes TVM's import and lowering ("lower_s").
     """
@@ -263,6 +281,14 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
 
     t0 = time.perf_counter()
     kernel_s = predict_kernels(estimator, network.kernels, target)
+    chosen_s, candidates = {}, {}
+    if search_db is not None:
+        from cdmpp.e2e.search import SEARCH_SIGMA, candidate_predictions, fastest_of_search
+
+        search_sigma = SEARCH_SIGMA if search_sigma is None else search_sigma
+        candidates = candidate_predictions(estimator, network, search_db)
+        chosen_s = {name: kernel_s[name] for name in candidates}
+        kernel_s = {**kernel_s, **fastest_of_search(candidates, search_sigma)}
     t1 = time.perf_counter()
     graph = from_relax(network.mod)
     if cold is not None:  # every weight of an inference passes the caches between two reads
@@ -279,7 +305,15 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
 
     tuned = {k.name: k.tuned for k in network.kernels}
     kernels = tuple(KernelPrediction(row.name, row.calls, row.kernel_s, row.total_s,
-                                     tuned=tuned.get(row.name, False), kind=row.kind)
+                                     tuned=tuned.get(row.name, False), kind=row.kind,
+                                     chosen_program_s=chosen_s.get(row.name),
+                                     candidates=len(candidates[row.name])
+                                     if row.name in candidates else None)
                     for row in result.breakdown)
-    return E2EResult(network.name, network.batch, getattr(device, "device_id", None),
-                     result.total_s, kernels, graph, result, timings)
+    out = E2EResult(network.name, network.batch, getattr(device, "device_id", None),
+                    result.total_s, kernels, graph, result, timings)
+    if search_db is None:
+        return out
+    return replace(out, search_sigma=search_sigma,
+                   chosen_programs_replay_s=out._replay_with(
+                       {**(extra_kernel_s or {}), **kernel_s, **chosen_s}))

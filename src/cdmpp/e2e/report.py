@@ -135,12 +135,35 @@ def database_hint(result) -> list[str]:
             "picks (docs/tune.md, \"Predicting the tuned networks\"): read the replay"]
 
 
+def search_lines(result) -> list[str]:
+    """How the tuned kernels were predicted, when as the fastest of their search."""
+    if result.search_sigma is None:
+        return []
+    searched = [k for k in result.kernels if k.candidates]
+    if not searched:
+        return ["           (no kernel has two or more programs timed in the tuning database: "
+                "each predicted on its own)"]
+    chosen = result.chosen_programs_replay_s
+    programs = sum(k.candidates for k in searched)
+    line = (f"           {len(searched)} tuned kernel{'s' * (len(searched) != 1)} predicted "
+            f"as the fastest of the {programs} programs the database timed for them (model "
+            f"error spread {result.search_sigma:g}, docs/tune.md)")
+    if chosen:
+        vs = f"{100 * (chosen / result.predicted_s - 1):+.1f}% from the prediction"
+        if result.measured_s:
+            vs += f", {100 * (chosen / result.measured_s - 1):+.1f}% from the measured"
+        line += (f"; the programs it chose, each predicted on its own: {_ms(chosen)} ms "
+                 f"({vs})")
+    return [line]
+
+
 def format_table(result, top: int = 10) -> str:
     """Predicted (and measured) total, error, and the top kernels by predicted time."""
     name = result.network + (f" (batch {result.batch})" if result.batch else "")
     lines = [f"network    {name}: {len(result.graph)} runtime calls, "
              f"{sum(k.kind != 'builtin' for k in result.kernels)} distinct kernels",
              f"predicted  {_ms(result.predicted_s)} ms"]
+    lines += search_lines(result)
     if result.measured_s is not None:
         lines.append(f"measured   {_ms(result.measured_s)} ms{_when(result.measurement)}")
         lines.append(f"error      {100 * result.error_rel:+.1f}%")
@@ -226,6 +249,9 @@ def format_table(result, top: int = 10) -> str:
     show_anchored = result.anchored_replay_s is not None
     if show_anchored:
         head += f" {'anch ms/call':>12}"
+    show_chosen = any(k.candidates for k in result.kernels)
+    if show_chosen:
+        head += f" {'programs':>8} {'chosen pred ms/call':>19}"
     lines.append(head)
     for k in result.kernels[:top]:
         share = k.total_s / result.predicted_s if result.predicted_s else 0.0
@@ -241,6 +267,8 @@ def format_table(result, top: int = 10) -> str:
             row += f" {_ms(k.database_s):>11} {err:>7}"
         if show_anchored:
             row += f" {_ms(k.anchored_s):>12}"
+        if show_chosen:
+            row += f" {k.candidates or '':>8} {_ms(k.chosen_program_s):>19}"
         lines.append(row)
     if len(result.kernels) > top:
         rest = sum(k.total_s for k in result.kernels[top:])
