@@ -29,8 +29,8 @@ import numpy as np
 # The spread at which the shipped recipe (cdmpp's seeds and XGBoost per work, weighted 0.3 and
 # 0.7), fitted on 80% of the four Zen 4 collections, estimates the fastest program of each task
 # of the other 20% (330 tasks of four or more programs) at a median ratio of 1.00 to its label
-# (0.2: 1.04, 0.35: 0.98; the fastest program's own prediction: 1.14). The standard deviation of
-# its log error within a task there is 0.385, its MAD-based spread 0.255 (heavy tails).
+# (0.2: 1.04, 0.35: 0.98; the fastest program's own prediction: 1.13). The standard deviation of
+# its log error within a task there is 0.384, its MAD-based spread 0.252 (heavy tails).
 # docs/tune.md, "A tuned kernel is the fastest of its search". Chosen there, not on a network.
 SEARCH_SIGMA = 0.3
 
