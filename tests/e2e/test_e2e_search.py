@@ -47,8 +47,9 @@ def test_the_fastest_needs_a_spread_of_zero_or_more():
 
 
 def _searched_database(lowered, device, path):
-    """A JSON database at `path` holding three timed programs of tiny_mlp's first kernel (as a
-    search leaves them) and one of its second kernel. Returns (untuned network, kernels)."""
+    """A JSON database at `path` holding three distinct timed programs of tiny_mlp's first
+    kernel (as a search leaves them; one of them timed twice) and one of its second kernel.
+    Returns (untuned network, kernels)."""
     from cdmpp.e2e.kernels import workload_module
     from cdmpp.tvm_env import import_tvm, meta_schedule
 
@@ -71,6 +72,7 @@ def _searched_database(lowered, device, path):
     commit(first, lambda sch, loops: sch.parallel(loops[0]), 1e-6)  # the one TVM applies
     commit(first, lambda sch, loops: sch.split(loops[1], [None, 2]), 3e-6)
     commit(first, lambda sch, loops: sch.unroll(loops[-1]), 2e-6)
+    commit(first, lambda sch, loops: sch.parallel(loops[0]), 4e-6)  # the first one again
     commit(second, lambda sch, loops: sch.parallel(loops[0]), 1e-6)
     return untuned, (first, second)
 
@@ -87,9 +89,13 @@ def test_a_tuned_kernel_is_predicted_as_the_fastest_of_its_search(lowered, devic
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the feature store
     _, (first, second) = _searched_database(lowered, device, tmp_path / "db")
     tuned = lower_network(import_network("tiny_mlp", 2), device.target, tuning_db=tmp_path / "db")
+    from cdmpp.measure.database import load_database
+
+    assert len(load_database(tmp_path / "db").records) == 5  # 4 of the first kernel
     stub = StubEstimator(default_s=1e-4)
     candidates = candidate_predictions(stub, tuned, tmp_path / "db")
-    # the second kernel has one timed program: no choice was made, so it is not a candidate set
+    # the second kernel has one timed program: no choice was made, so it is not a candidate set;
+    # the first kernel's program timed twice is one candidate (the model sees it once)
     assert set(candidates) == {first.name}
     np.testing.assert_allclose(candidates[first.name], [1e-4] * 3)
 
