@@ -53,8 +53,9 @@ def median_fastest_s(predicted_s, sigma: float = SEARCH_SIGMA) -> float:
     def log_none_faster(x: float) -> float:  # ln P(every program takes more than e^x)
         return float(log_ndtr((logs - x) / sigma).sum())
 
-    # P(min > e^x) falls from 1 to 0 as x grows; the median is where it is 1/2. It lies between
-    # the fastest prediction less 8.3 sigma (the lowest a normal reaches at 1e-16) and it.
+    # P(min > e^x) falls from 1 to 0 as x grows; the median is where it is 1/2. At the fastest
+    # prediction it is at most 1/2 (that program alone is faster with odds 1/2); 9 sigma below,
+    # each program is faster with odds of 1e-19, so it is 1 for any number of programs.
     lo, hi = logs.min() - 9 * sigma, logs.min()
     for _ in range(60):  # bisection to ~1e-18 of the bracket
         mid = (lo + hi) / 2
