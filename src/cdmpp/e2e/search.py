@@ -5,9 +5,9 @@ device that timed them, that program is the fastest of the N programs the search
 the kernel, so its time is the minimum of N latencies. Predicting that one program alone is
 biased high: the search chose it for being faster than its other candidates, and a model with
 an error of spread `sigma` per program cannot see that part of its speed. Measured: with the
-chosen programs predicted on their own, eight networks tuned by real searches came out 27-145%
-slow; as the fastest of their search, 5 of 8 within 10% (docs/tune.md, "A tuned kernel is the
-fastest of its search").
+chosen programs predicted on their own, nine networks tuned by real searches came out 27-145%
+slow; as the fastest of their search, 5 of 9 within 10%, and those searched by cdmpp itself
+predicted about 20% low (docs/tune.md, "A tuned kernel is the fastest of its search").
 
 With every candidate predicted (p_i) and errors independent and log-normal,
 y_i = p_i exp(sigma z_i), the chosen program's time min_i y_i has the median t that solves
