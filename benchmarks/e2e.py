@@ -361,7 +361,7 @@ def main() -> int:
 
     from cdmpp.device import local_device
     from cdmpp.e2e.kernels import read_tuning_database
-    from cdmpp.e2e.pipeline import database_device, timed_elsewhere
+    from cdmpp.e2e.pipeline import database_device, timed_here
     from cdmpp.measure.collect import set_threads
     from cdmpp.model.registry import (fitted_device_id, for_device_id, load_estimator,
                                       resolve_for_device)
@@ -371,8 +371,7 @@ def main() -> int:
     tuning_db, timed_on = read_tuning_database(args.tuning_db)
     source = database_device(args.tuning_db, timed_on)
     device = local_device()
-    searched = args.tuning_db is not None and timed_on is not None and \
-        not timed_elsewhere(timed_on, device)
+    searched = args.tuning_db is not None and timed_here(timed_on, device)
     names = args.model or ["default"]
     models, asked = {}, {}
     for m in names:

@@ -16,7 +16,7 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def timed_elsewhere(timed_on, device) -> bool:
+def _elsewhere(timed_on, device) -> bool:
     """Whether a database timed on `timed_on` (a device id, or a records' target id) was timed
     on another device than `device`."""
     from cdmpp.features.samples import target_device_id
@@ -25,13 +25,19 @@ def timed_elsewhere(timed_on, device) -> bool:
                                                      target_device_id(device.target))
 
 
+def timed_here(timed_on, device) -> bool:
+    """Whether a tuning database whose records were timed on `timed_on` (a device id, a
+    records' target id, or None when unknown) was timed on `device`."""
+    return timed_on is not None and not _elsewhere(timed_on, device)
+
+
 def _warn_if_timed_elsewhere(net, device) -> None:
     """A tuning database timed on another device: its schedules apply here, but the replay of
     its timings is that device's, not a measure of the prediction's error."""
     import warnings
 
     timed_on = net.database_device_id
-    if timed_elsewhere(timed_on, device):
+    if _elsewhere(timed_on, device):
         warnings.warn(f"the tuning database {net.tuning_db} was timed on device {timed_on}, not "
                       f"on this one ({device.device_id}): the replay of its timings is that "
                       "device's, not a check of this prediction")
@@ -65,7 +71,7 @@ def anchor_predictions(net, device, anchor_model="auto", *, timed_on=None):
     if timed_on is None:
         timed_on = database_device(net.tuning_db, net.database_device_id)
     timed_on_id = timed_on.device_id if isinstance(timed_on, Device) else timed_on
-    if anchor_model is None or not timed_elsewhere(timed_on_id, device):
+    if anchor_model is None or not _elsewhere(timed_on_id, device):
         return None
     from cdmpp.e2e.predict import predict_kernels
     from cdmpp.model.registry import fitted_for, load_estimator
@@ -91,21 +97,21 @@ def run_network(mod, estimator, device, *, name: str = "network", batch: int | N
     gets progress lines."""
     from cdmpp.e2e.kernels import database_latencies, lower_network
     from cdmpp.e2e.predict import predict_network
+    from cdmpp.e2e.search import SEARCH_SIGMA
 
     log = log or _quiet
     start = time.perf_counter()
     net = lower_network(mod, device.target, tuning_db=tuning_db, name=name, batch=batch)
     lower_s = time.perf_counter() - start
-    timed_here = bool(tuning_db) and net.database_device_id is not None \
-        and not timed_elsewhere(net.database_device_id, device)
+    here = bool(tuning_db) and timed_here(net.database_device_id, device)
+    sigma = SEARCH_SIGMA if search_sigma == "auto" else search_sigma
     # the fastest of a search's programs: only where the search timed them, and from a path
-    search = timed_here and search_sigma is not None and isinstance(tuning_db, (str,
-                                                                                os.PathLike))
+    search = here and sigma is not None and isinstance(tuning_db, (str, os.PathLike))
     result = predict_network(estimator, net, device=device, log=log,
                              search_db=tuning_db if search else None,
-                             search_sigma=None if search_sigma == "auto" else search_sigma)
+                             search_sigma=sigma if search else SEARCH_SIGMA)
     if tuning_db:
-        result = result.with_database(database_latencies(net), timed_here=timed_here)
+        result = result.with_database(database_latencies(net), timed_here=here)
         _warn_if_timed_elsewhere(net, device)
         anchor = anchor_predictions(net, device, anchor_model)
         if anchor is not None:

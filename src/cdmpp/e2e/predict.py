@@ -21,6 +21,7 @@ import numpy as np
 
 from cdmpp.e2e.graph import Graph, from_relax
 from cdmpp.e2e.replay import CallOverhead, ReplayResult, replay
+from cdmpp.e2e.search import SEARCH_SIGMA
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def predict_kernels(estimator, kernels, target) -> dict[str, float]:
 def predict_network(estimator, network, target=None, *, overhead="auto", device=None,
                     queue_of: Mapping[int, str] | None = None,
                     extra_kernel_s: Mapping[str, float] | None = None,
-                    search_db=None, search_sigma: float | None = None,
+                    search_db=None, search_sigma: float = SEARCH_SIGMA,
                     log=None) -> E2EResult:
     """Predict `network` (a `kernels.NetworkModule`, or a Relax IRModule, lowered here).
 
@@ -252,8 +253,7 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
     durations for kernels cdmpp cannot featurize (e.g. `call_dps_packed` library calls).
     `search_db`: the path of a tuning database timed on the device predicted for, the network
     lowered with it; each tuned kernel is then predicted as the fastest of the programs it
-    timed for that kernel, with a model error of spread `search_sigma` (default
-    `search.SEARCH_SIGMA`; `e2e.search`).
+    timed for that kernel, with a model error of spread `search_sigma` (`e2e.search`).
     `timings_s` holds the time of each step; "prediction_s" (features + estimator + replay)
     excludes TVM's import and lowering ("lower_s").
     """
@@ -283,9 +283,8 @@ def predict_network(estimator, network, target=None, *, overhead="auto", device=
     kernel_s = predict_kernels(estimator, network.kernels, target)
     chosen_s, candidates = {}, {}
     if search_db is not None:
-        from cdmpp.e2e.search import SEARCH_SIGMA, candidate_predictions, fastest_of_search
+        from cdmpp.e2e.search import candidate_predictions, fastest_of_search
 
-        search_sigma = SEARCH_SIGMA if search_sigma is None else search_sigma
         candidates = candidate_predictions(estimator, network, search_db)
         chosen_s = {name: kernel_s[name] for name in candidates}
         kernel_s = {**kernel_s, **fastest_of_search(candidates, search_sigma)}
